@@ -1,0 +1,58 @@
+"""BERT-style encoder (Devlin et al. 2019): token + segment + position embeddings,
+MLM and NSP pretraining heads, and a classification head on [CLS]."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from model.config import ClassifierConfig
+from model.layers import PositionalEncoding, TransformerLayer, padding_bias
+
+
+class Classifier(nn.Module):
+    def __init__(self, config: ClassifierConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        self.seg_emb = nn.Embedding(c.type_vocab_size, c.d_model)
+        self.pos = PositionalEncoding(c.max_positions, c.d_model, c.learned_positions)
+        self.ln_emb = nn.LayerNorm(c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(
+            TransformerLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation) for _ in range(c.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(c.d_model)
+        # Pooler on [CLS], shared by NSP and fine-tuning as in BERT.
+        self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.Tanh())
+        self.nsp_head = nn.Linear(c.d_model, 2)
+        self.cls_head = nn.Linear(c.d_model, len(c.labels))
+        self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.LayerNorm(c.d_model))
+        self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        for emb in (self.tok_emb, self.seg_emb):
+            nn.init.normal_(emb.weight, std=0.02)
+
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """[B, S] -> hidden states [B, S, D] and per-layer attention weights [B, H, S, S]."""
+        B, S = input_ids.shape
+        positions = torch.arange(S, device=input_ids.device).expand(B, S)
+        x = self.tok_emb(input_ids) + self.seg_emb(token_type_ids) + self.pos(positions)
+        x = self.dropout(self.ln_emb(x))
+        bias = padding_bias(attention_mask, x.dtype)
+        weights = []
+        for layer in self.layers:
+            x, _, w, _ = layer(x, bias)
+            weights.append(w)
+        return self.ln_f(x), weights
+
+    def pooled(self, hidden: Tensor) -> Tensor:
+        return self.dropout(self.pooler(hidden[:, 0]))  # the [CLS] position
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """Masked-token logits, decoder tied to the token embeddings. [..., D] -> [..., V]"""
+        return self.mlm_transform(hidden) @ self.tok_emb.weight.T + self.mlm_bias
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Fine-tuned classification: (label logits [B, num_labels], attention weights)."""
+        hidden, weights = self.encode(input_ids, token_type_ids, attention_mask)
+        return self.cls_head(self.pooled(hidden)), weights

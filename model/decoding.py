@@ -1,0 +1,225 @@
+"""Reference decoding in PyTorch: greedy and beam search for the translator, sampling for the generator.
+
+These are the ground truth the ONNX graphs and the server are checked against,
+so they favour clarity over speed. All of them use the KV cache; the
+``*_uncached`` variants recompute the prefix at every step (for tests and the
+cached-vs-recompute benchmark).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model.generator import Generator
+from model.layers import KeyValue, positions_from_mask
+from model.translator import Translator
+
+
+def _record(outputs: list[list[int]], done: Tensor, tokens: Tensor, eos: int) -> None:
+    """Append each unfinished row's new token (not eos) and mark rows that just emitted eos."""
+    for b, token in enumerate(tokens[:, 0].tolist()):
+        if not done[b] and token != eos:
+            outputs[b].append(token)
+    done |= tokens[:, 0] == eos
+
+
+@torch.no_grad()
+def translate_greedy(model: Translator, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+    """Greedy decoding of a right-padded source batch; returns target ids without bos/eos."""
+    c = model.config
+    bos, eos = c.special_tokens["bos"], c.special_tokens["eos"]
+    memory, _ = model.encode(src_ids, src_mask)
+    cross = model.cross_kv(memory)
+    B = src_ids.shape[0]
+    tokens = torch.full((B, 1), bos, dtype=torch.long)
+    past: list[KeyValue] | None = None
+    outputs: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool)
+    for step in range(max_new_tokens):
+        mask = torch.ones(B, step + 1, dtype=torch.long)
+        positions = torch.full((B, 1), step, dtype=torch.long)
+        logits, past, _, _ = model.decode(tokens, mask, positions, src_mask, cross, past)
+        tokens = logits[:, -1].argmax(-1, keepdim=True)
+        _record(outputs, done, tokens, eos)
+        if done.all():
+            break
+    return outputs
+
+
+@torch.no_grad()
+def translate_greedy_uncached(model: Translator, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+    """Same as ``translate_greedy`` but re-runs the whole target prefix at every step (no cache)."""
+    c = model.config
+    bos, eos = c.special_tokens["bos"], c.special_tokens["eos"]
+    B = src_ids.shape[0]
+    target = torch.full((B, 1), bos, dtype=torch.long)
+    outputs: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits = model(src_ids, src_mask, target, torch.ones_like(target))
+        tokens = logits[:, -1].argmax(-1, keepdim=True)
+        target = torch.cat([target, tokens], dim=1)
+        _record(outputs, done, tokens, eos)
+        if done.all():
+            break
+    return outputs
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]
+    log_prob: float
+    score: float  # log_prob / length ** length_penalty
+
+
+@torch.no_grad()
+def beam_search(
+    model: Translator,
+    src_ids: Tensor,
+    src_mask: Tensor,
+    num_beams: int = 4,
+    max_new_tokens: int = 128,
+    length_penalty: float = 1.0,
+    no_repeat_ngram: int = 0,
+    n_best: int = 1,
+) -> list[Hypothesis]:
+    """Beam search for ONE source sentence (src_ids [1, S]); beams are batch rows.
+
+    Score = sum of log-probs / (generated length incl. eos) ** length_penalty (GNMT-style
+    normalisation without the +5 offset). Returns the ``n_best`` finished hypotheses, best first.
+    """
+    c = model.config
+    bos, eos = c.special_tokens["bos"], c.special_tokens["eos"]
+    memory, _ = model.encode(src_ids, src_mask)
+    cross = [(k.expand(num_beams, -1, -1, -1), v.expand(num_beams, -1, -1, -1)) for k, v in model.cross_kv(memory)]
+    beam_src_mask = src_mask.expand(num_beams, -1)
+    beams: list[list[int]] = [[] for _ in range(num_beams)]
+    beam_scores = torch.full((num_beams,), float("-inf"))
+    beam_scores[0] = 0.0  # all beams start identical: keep one alive at step 0
+    tokens = torch.full((num_beams, 1), bos, dtype=torch.long)
+    past: list[KeyValue] | None = None
+    finished: list[Hypothesis] = []
+    for step in range(max_new_tokens):
+        mask = torch.ones(num_beams, step + 1, dtype=torch.long)
+        positions = torch.full((num_beams, 1), step, dtype=torch.long)
+        logits, past, _, _ = model.decode(tokens, mask, positions, beam_src_mask, cross, past)
+        log_probs = logits[:, -1].float().log_softmax(-1)  # [beams, V]
+        if no_repeat_ngram:
+            for b in range(num_beams):
+                for banned in banned_tokens(beams[b], no_repeat_ngram):
+                    log_probs[b, banned] = float("-inf")
+        candidates = (beam_scores[:, None] + log_probs).view(-1)
+        top_scores, top_ids = candidates.topk(2 * num_beams)
+        next_beams, next_scores, next_tokens, sources = [], [], [], []
+        for score, flat_id in zip(top_scores.tolist(), top_ids.tolist()):
+            if score == float("-inf"):
+                break
+            source, token = divmod(flat_id, log_probs.shape[1])
+            if token == eos:
+                length = len(beams[source]) + 1
+                finished.append(Hypothesis(beams[source], score, score / length**length_penalty))
+            else:
+                next_beams.append(beams[source] + [token])
+                next_scores.append(score)
+                next_tokens.append(token)
+                sources.append(source)
+            if len(next_beams) == num_beams:
+                break
+        if len(finished) >= n_best and _cannot_improve(finished, n_best, next_scores, step + 1, max_new_tokens, length_penalty):
+            break
+        if not next_beams:
+            break
+        while len(next_beams) < num_beams:  # pad with dead beams
+            next_beams.append([])
+            next_scores.append(float("-inf"))
+            next_tokens.append(eos)
+            sources.append(0)
+        index = torch.tensor(sources)
+        past = [(k[index], v[index]) for k, v in past]
+        beams, beam_scores = next_beams, torch.tensor(next_scores)
+        tokens = torch.tensor(next_tokens)[:, None]
+    if len(finished) < n_best:  # ran out of steps: unfinished beams compete too
+        for b, score in zip(beams, beam_scores.tolist()):
+            if score > float("-inf") and b:
+                finished.append(Hypothesis(b, score, score / len(b) ** length_penalty))
+    finished.sort(key=lambda h: h.score, reverse=True)
+    return finished[:n_best]
+
+
+def _cannot_improve(
+    finished: list[Hypothesis], n_best: int, live_scores: list[float], length: int, max_new_tokens: int, length_penalty: float
+) -> bool:
+    """Stop when no live beam can beat the n-th best finished one (log-probs only decrease)."""
+    if not live_scores:
+        return True
+    worst_kept = sorted(h.score for h in finished)[-n_best]
+    best_live = max(live_scores)
+    # The best a live beam can reach: its current log-prob at the most favourable length.
+    best_length = max_new_tokens + 1 if length_penalty > 0 else length + 1
+    return best_live / best_length**length_penalty < worst_kept if best_live < 0 else False
+
+
+def banned_tokens(tokens: list[int], n: int) -> list[int]:
+    """Tokens that would repeat an n-gram already present in ``tokens``."""
+    if len(tokens) < n - 1 or n <= 0:
+        return []
+    prefix = tuple(tokens[len(tokens) - n + 1 :]) if n > 1 else ()
+    return [tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n - 1]) == prefix]
+
+
+def filter_logits(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    """Temperature, then top-k, then nucleus (top-p) filtering of [B, V] logits."""
+    logits = logits / max(temperature, 1e-6)
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        remove = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+        logits = logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: Generator,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Left-padded prompts [B, S] -> new tokens [B, max_new_tokens]; temperature 0 = greedy."""
+    past: list[KeyValue] | None = None
+    tokens, mask, new = input_ids, attention_mask, []
+    for _ in range(max_new_tokens):
+        positions = positions_from_mask(mask, tokens.shape[1])
+        logits, past, _ = model(tokens, mask, positions, past)
+        last = logits[:, -1]
+        if temperature == 0.0:
+            tokens = last.argmax(-1, keepdim=True)
+        else:
+            probs = filter_logits(last, temperature, top_k, top_p).softmax(-1)
+            tokens = torch.multinomial(probs, 1, generator=generator)
+        new.append(tokens)
+        mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
+    return torch.cat(new, dim=1)
+
+
+@torch.no_grad()
+def generate_uncached(model: Generator, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int) -> Tensor:
+    """Greedy generation that recomputes the whole sequence at every step."""
+    tokens, mask = input_ids, attention_mask
+    for _ in range(max_new_tokens):
+        positions = positions_from_mask(mask, tokens.shape[1])
+        logits, _, _ = model(tokens, mask, positions)
+        next_tokens = logits[:, -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, next_tokens], dim=1)
+        mask = torch.cat([mask, torch.ones_like(next_tokens)], dim=1)
+    return tokens[:, input_ids.shape[1] :]

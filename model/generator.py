@@ -1,0 +1,51 @@
+"""GPT-style decoder-only language model (Radford et al. 2018), next-token objective."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from model.config import GeneratorConfig
+from model.layers import KeyValue, PositionalEncoding, TransformerLayer, causal_padding_bias
+
+
+class Generator(nn.Module):
+    def __init__(self, config: GeneratorConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos = PositionalEncoding(c.max_positions, c.d_model, c.learned_positions)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation) for _ in range(c.n_layers)
+        )
+        self.ln_f = nn.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight  # weight tying
+        nn.init.normal_(self.tok_emb.weight, std=0.02)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        past: list[KeyValue] | None = None,
+    ) -> tuple[Tensor, list[KeyValue], list[Tensor]]:
+        """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, H, P+S, Dh], weights).
+
+        attention_mask covers past + new positions ([B, P+S]); defaults to all ones.
+        """
+        B, S = input_ids.shape
+        if attention_mask is None:
+            past_len = past[0][0].shape[2] if past else 0
+            attention_mask = torch.ones(B, past_len + S, dtype=torch.long, device=input_ids.device)
+        if position_ids is None:
+            position_ids = torch.arange(S, device=input_ids.device).expand(B, S)
+        x = self.dropout(self.tok_emb(input_ids) + self.pos(position_ids))
+        bias = causal_padding_bias(attention_mask, S, x.dtype)
+        presents, weights = [], []
+        for i, block in enumerate(self.blocks):
+            x, present, w, _ = block(x, bias, past[i] if past else None)
+            presents.append(present)
+            weights.append(w)
+        return self.lm_head(self.ln_f(x)), presents, weights

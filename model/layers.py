@@ -1,0 +1,171 @@
+"""Building blocks shared by the three models (Vaswani et al. 2017, pre-LN variant).
+
+Every sub-layer is wrapped as ``x + Dropout(SubLayer(LayerNorm(x)))`` (pre-LN,
+Xiong et al. 2020): it trains stably with a short warm-up and a high peak rate,
+which matters on a CPU budget. Stacks end with a final LayerNorm.
+
+The KV cache is explicit: attention takes ``past`` and returns ``present``; no
+module keeps state between calls, so the same code exports to ONNX.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+KeyValue = tuple[Tensor, Tensor]  # ([B, H, S, Dh], [B, H, S, Dh])
+
+
+def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
+    """Boolean "may attend" mask -> additive bias (0 or the dtype's most negative value).
+
+    ``finfo.min`` rather than -inf: a fully masked row (a padding query) then
+    softmaxes to a uniform row instead of NaN, and NaN never reaches the cache.
+    """
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def padding_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """[B, Sk] 0/1 key mask -> [B, 1, 1, Sk] additive bias."""
+    return additive_mask(mask[:, None, None, :].bool(), dtype)
+
+
+def causal_padding_bias(mask: Tensor, query_len: int, dtype: torch.dtype) -> Tensor:
+    """Causal + padding bias for queries that are the last ``query_len`` of ``mask``'s positions.
+
+    mask: [B, P+S] over past + new keys. Query i (absolute index P+i) may see key j
+    iff j <= P+i and key j is real. Returns [B, 1, S, P+S].
+    """
+    total = mask.shape[1]
+    key_index = torch.arange(total, device=mask.device)
+    query_index = torch.arange(query_len, device=mask.device) + (total - query_len)
+    causal = key_index[None, :] <= query_index[:, None]  # [S, P+S]
+    keep = causal[None, None, :, :] & mask[:, None, None, :].bool()  # [B, 1, S, P+S]
+    return additive_mask(keep, dtype)
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). [max_positions, d_model]"""
+    position = torch.arange(max_positions, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table
+
+
+class PositionalEncoding(nn.Module):
+    """Position ids -> vectors: the fixed sinusoidal table, or learned embeddings."""
+
+    def __init__(self, max_positions: int, d_model: int, learned: bool = False) -> None:
+        super().__init__()
+        self.learned = learned
+        if learned:
+            self.table = nn.Embedding(max_positions, d_model)
+        else:
+            self.register_buffer("table_buffer", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, position_ids: Tensor) -> Tensor:  # [B, S] -> [B, S, D]
+        if self.learned:
+            return self.table(position_ids)
+        return F.embedding(position_ids, self.table_buffer)
+
+
+class MultiHeadAttention(nn.Module):
+    """softmax(Q K^T / sqrt(d_k) + bias) V per head; heads concatenated, then W_O."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)  # W_O
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, S, _ = x.shape
+        return x.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # [B, H, S, Dh]
+
+    def project_kv(self, x: Tensor) -> KeyValue:
+        """Keys and values for ``x`` [B, S, D], each [B, H, S, Dh] (the cross-attention K/V of a source)."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def attend(self, x: Tensor, key: Tensor, value: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries from ``x`` [B, S, D] against key/value [B, H, Sk, Dh] -> ([B, S, D], weights [B, H, S, Sk])."""
+        B, S, D = x.shape
+        q = self.split_heads(self.q_proj(x))  # [B, H, S, Dh]
+        scores = q @ key.transpose(-2, -1) / math.sqrt(self.d_head) + bias  # [B, H, S, Sk]
+        weights = scores.softmax(dim=-1)
+        context = self.dropout(weights) @ value  # [B, H, S, Dh]
+        context = context.transpose(1, 2).reshape(B, S, D)  # heads concatenated
+        return self.out_proj(context), weights
+
+    def forward(self, x: Tensor, bias: Tensor, past: KeyValue | None = None) -> tuple[Tensor, KeyValue, Tensor]:
+        """Self-attention with an optional cache: returns (output, present K/V incl. past, weights)."""
+        key, value = self.project_kv(x)
+        if past is not None:
+            key = torch.cat([past[0], key], dim=2)  # [B, H, P+S, Dh]
+            value = torch.cat([past[1], value], dim=2)
+        out, weights = self.attend(x, key, value, bias)
+        return out, (key, value), weights
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W2 act(W1 x + b1) + b2 (ReLU as in the paper, GELU for GPT/BERT)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(self.act(self.fc1(x))))
+
+
+class TransformerLayer(nn.Module):
+    """Self-attention (+ encoder-decoder attention when ``cross``) + FFN, each pre-LN with a residual.
+
+    The same layer is the encoder layer (bias = padding), the GPT block (bias = causal)
+    and the translator's decoder layer (cross = True).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str, cross: bool = False):
+        super().__init__()
+        self.ln_self = nn.LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ln_cross = nn.LayerNorm(d_model) if cross else None
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross else None
+        self.ln_ff = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_bias: Tensor,
+        past: KeyValue | None = None,
+        cross_kv: KeyValue | None = None,
+        cross_bias: Tensor | None = None,
+    ) -> tuple[Tensor, KeyValue, Tensor, Tensor | None]:
+        """Returns (x, present self-attention K/V, self-attention weights, cross-attention weights or None)."""
+        attn_out, present, self_weights = self.self_attn(self.ln_self(x), self_bias, past)
+        x = x + self.dropout(attn_out)
+        cross_weights = None
+        if self.cross_attn is not None:
+            assert cross_kv is not None and cross_bias is not None, "a decoder layer needs the encoder K/V"
+            cross_out, cross_weights = self.cross_attn.attend(self.ln_cross(x), *cross_kv, cross_bias)
+            x = x + self.dropout(cross_out)
+        x = x + self.dropout(self.ff(self.ln_ff(x)))
+        return x, present, self_weights, cross_weights
+
+
+def positions_from_mask(mask: Tensor, query_len: int) -> Tensor:
+    """Left-padding-aware position ids for the last ``query_len`` positions: cumsum(mask) - 1, clipped at 0."""
+    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
+    return positions[:, mask.shape[1] - query_len :]

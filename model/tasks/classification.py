@@ -1,0 +1,163 @@
+"""Classifier tasks: MLM + NSP pretraining (Devlin et al. 2019) and fine-tuning on [CLS]."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from model.classifier import Classifier
+
+MASK_RATE, MASK_TOKEN_SHARE, RANDOM_TOKEN_SHARE = 0.15, 0.8, 0.1  # the rest stays unchanged
+
+
+def mask_tokens(ids: Tensor, maskable: Tensor, mask_id: int, vocab_size: int, n_special: int,
+                generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """BERT masking: choose 15% of the maskable positions; of those 80% -> [MASK], 10% -> a random
+    token, 10% unchanged. Returns (inputs, labels) with labels -100 where nothing is predicted."""
+    chosen = (torch.rand(ids.shape, generator=generator) < MASK_RATE) & maskable
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=generator)
+    to_mask = chosen & (roll < MASK_TOKEN_SHARE)
+    to_random = chosen & (roll >= MASK_TOKEN_SHARE) & (roll < MASK_TOKEN_SHARE + RANDOM_TOKEN_SHARE)
+    inputs = ids.masked_fill(to_mask, mask_id)
+    random_ids = torch.randint(n_special, vocab_size, ids.shape, generator=generator)
+    return torch.where(to_random, random_ids, inputs), labels
+
+
+def read_documents(path: Path) -> list[list[str]]:
+    """pretrain.txt: one sentence per line, documents separated by blank lines."""
+    docs = [[s for s in block.splitlines() if s.strip()] for block in path.read_text().split("\n\n")]
+    return [d for d in docs if d]
+
+
+def pad_pairs(encodings: list, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    width = max(len(e.ids) for e in encodings)
+    ids = torch.full((len(encodings), width), pad_id, dtype=torch.long)
+    types = torch.zeros((len(encodings), width), dtype=torch.long)
+    mask = torch.zeros((len(encodings), width), dtype=torch.long)
+    for i, e in enumerate(encodings):
+        n = len(e.ids)
+        ids[i, :n], types[i, :n], mask[i, :n] = torch.tensor(e.ids), torch.tensor(e.type_ids), 1
+    return ids, types, mask
+
+
+class PretrainTask:
+    """Sentence pairs (A, B): 50% B is the real next text of the document (NSP label 0), 50% random (1)."""
+
+    def __init__(self, pretrain_path: Path, tokenizer: Tokenizer, special: dict[str, int], max_len: int = 128,
+                 batch_size: int = 32, seed: int = 0, n_valid_docs: int = 200) -> None:
+        self.tokenizer, self.special, self.batch_size = tokenizer, special, batch_size
+        self.vocab_size = tokenizer.get_vocab_size()
+        self.rng = random.Random(seed)
+        self.torch_rng = torch.Generator().manual_seed(seed)
+        docs = [d for d in read_documents(pretrain_path) if len(d) >= 2]
+        random.Random(seed).shuffle(docs)
+        self.valid_docs, self.train_docs = docs[:n_valid_docs], docs[n_valid_docs:]
+        tokenizer.enable_truncation(max_len, strategy="longest_first")
+        self.valid_batches = [self.make_batch(self.valid_docs, random.Random(i), torch.Generator().manual_seed(i))
+                              for i in range(8)]
+
+    def make_batch(self, docs: list[list[str]], rng: random.Random, torch_rng: torch.Generator) -> tuple[Tensor, ...]:
+        pairs, nsp = [], []
+        for _ in range(self.batch_size):
+            doc = rng.choice(docs)
+            cut = rng.randint(1, len(doc) - 1)
+            a = " ".join(doc[max(0, cut - 3) : cut])
+            if rng.random() < 0.5:
+                b, label = " ".join(doc[cut : cut + 3]), 0
+            else:
+                other = rng.choice(docs)
+                start = rng.randrange(len(other))
+                b, label = " ".join(other[start : start + 3]), 1
+            pairs.append((a, b))
+            nsp.append(label)
+        ids, types, mask = pad_pairs(self.tokenizer.encode_batch(pairs), self.special["pad"])
+        maskable = (mask == 1) & (ids != self.special["cls"]) & (ids != self.special["sep"])
+        n_special = max(self.special.values()) + 1
+        inputs, labels = mask_tokens(ids, maskable, self.special["mask"], self.vocab_size, n_special, torch_rng)
+        return inputs, types, mask, labels, torch.tensor(nsp)
+
+    def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
+        while True:
+            yield self.make_batch(self.train_docs, self.rng, self.torch_rng)
+
+    def losses(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
+        inputs, types, mask, labels, nsp = batch
+        hidden, _ = model.encode(inputs, types, mask)
+        predicted = labels != -100
+        mlm = F.cross_entropy(model.mlm_logits(hidden[predicted]), labels[predicted])
+        nsp_logits = model.nsp_head(model.pooled(hidden))
+        return mlm, F.cross_entropy(nsp_logits, nsp), (nsp_logits.argmax(-1) == nsp).float().mean()
+
+    def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+        mlm, nsp, _ = self.losses(model, batch)
+        return mlm + nsp, len(batch[0])
+
+    @torch.no_grad()
+    def validate(self, model: Classifier) -> dict[str, float]:
+        results = [self.losses(model, b) for b in self.valid_batches]
+        mlm = sum(float(r[0]) for r in results) / len(results)
+        nsp = sum(float(r[1]) for r in results) / len(results)
+        acc = sum(float(r[2]) for r in results) / len(results)
+        return {"val_loss": mlm + nsp, "val_mlm_loss": mlm, "val_nsp_loss": nsp, "val_nsp_accuracy": acc}
+
+
+def read_labelled(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class FineTuneTask:
+    """Sentence classification with a head on the pooled [CLS] state."""
+
+    def __init__(self, data_dir: Path, tokenizer: Tokenizer, special: dict[str, int], batch_size: int = 32,
+                 max_len: int = 128, seed: int = 0) -> None:
+        tokenizer.enable_truncation(max_len)
+        self.tokenizer, self.pad_id, self.batch_size = tokenizer, special["pad"], batch_size
+        self.rng = random.Random(seed)
+        self.splits = {name: read_labelled(data_dir / f"{name}.jsonl") for name in ("train", "valid", "test")}
+
+    def collate(self, rows: list[dict]) -> tuple[Tensor, ...]:
+        ids, types, mask = pad_pairs(self.tokenizer.encode_batch([r["text"] for r in rows]), self.pad_id)
+        return ids, types, mask, torch.tensor([r["label"] for r in rows])
+
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.splits["train"]) // self.batch_size)
+
+    def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
+        rows = list(self.splits["train"])
+        while True:
+            self.rng.shuffle(rows)
+            for i in range(0, len(rows), self.batch_size):
+                yield self.collate(rows[i : i + self.batch_size])
+
+    def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+        ids, types, mask, labels = batch
+        logits, _ = model(ids, types, mask)
+        return F.cross_entropy(logits, labels), len(labels)
+
+    @torch.no_grad()
+    def evaluate(self, model: Classifier, split: str) -> dict[str, float]:
+        rows = self.splits[split]
+        total_loss, tp, fp, fn, correct = 0.0, 0, 0, 0, 0
+        for i in range(0, len(rows), 64):
+            ids, types, mask, labels = self.collate(rows[i : i + 64])
+            logits, _ = model(ids, types, mask)
+            total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
+            predicted = logits.argmax(-1)
+            correct += int((predicted == labels).sum())
+            tp += int(((predicted == 1) & (labels == 1)).sum())
+            fp += int(((predicted == 1) & (labels == 0)).sum())
+            fn += int(((predicted == 0) & (labels == 1)).sum())
+        f1 = 2 * tp / max(1, 2 * tp + fp + fn)
+        return {"loss": total_loss / len(rows), "accuracy": correct / len(rows), "f1": f1}
+
+    def validate(self, model: Classifier) -> dict[str, float]:
+        metrics = self.evaluate(model, "valid")
+        return {"val_loss": metrics["loss"], "val_accuracy": metrics["accuracy"], "val_f1": metrics["f1"]}

@@ -1,0 +1,177 @@
+"""The training loop shared by the three models: time-budgeted, resumable, logged.
+
+The learning rate warms up linearly, then decays linearly to zero at the end of
+the budget: minutes (a CPU run is planned in time, not steps) or max_steps,
+whichever ends first. Everything
+needed to resume (weights, optimizer, step, elapsed time, history) is saved at
+every validation, so a run killed at any point continues where it stopped; a
+resumed run with a larger budget stretches the remaining schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import Tensor, nn
+from tqdm import tqdm
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSettings:
+    minutes: float = 30.0  # wall-clock budget; the schedule reaches zero at its end
+    max_steps: int = 10**9
+    lr: float = 1e-3  # peak
+    warmup_steps: int = 300
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    eval_every: int = 250  # steps between validation + checkpoint
+    seed: int = 0
+
+
+class Task(Protocol):
+    """What the loop needs from a model-specific task."""
+
+    def train_batches(self) -> Iterator[Any]: ...
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
+        """Mean loss of the batch and the number of items (tokens/examples) it covers."""
+
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics; must include "val_loss" (lower is better)."""
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    elapsed_s: float = 0.0
+    items_seen: int = 0
+    best_val_loss: float = math.inf
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def learning_rate(settings: TrainSettings, step: int, elapsed_s: float) -> float:
+    warmup = min(1.0, (step + 1) / settings.warmup_steps)
+    progress = max(elapsed_s / (settings.minutes * 60), step / settings.max_steps)  # whichever budget ends first
+    remaining = max(0.0, 1.0 - progress)
+    return settings.lr * warmup * remaining
+
+
+def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases, LayerNorm and embeddings' 1-d parameters."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainState, tag: str) -> None:
+    """Weights as safetensors (+ config JSON); optimizer and progress in a torch file for resuming."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(run_dir / f"{tag}.safetensors"))
+    model.config.save(run_dir / "config.json")  # type: ignore[union-attr]
+    if tag == "last":
+        torch.save({"optimizer": optimizer.state_dict(), "state": asdict(state)}, run_dir / "resume.pt")
+        (run_dir / "history.json").write_text(json.dumps(state.history, indent=1))
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    missing, unexpected = load_model(model, str(path), strict=False)
+    # Tied weights are stored once; anything else missing means a mismatched checkpoint.
+    missing = [m for m in missing if not m.endswith("lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+
+
+def plot_history(history: list[dict[str, float]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [h["step"] for h in history]
+    ax.plot(steps, [h["train_loss"] for h in history], label="train loss")
+    ax.plot(steps, [h["val_loss"] for h in history], label="validation loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def train(
+    model: nn.Module,
+    task: Task,
+    run_dir: Path,
+    settings: TrainSettings,
+    resume: bool = True,
+    on_validate: Callable[[TrainState, dict[str, float]], None] | None = None,
+) -> TrainState:
+    """Train until the time budget or max_steps is spent; keeps ``last`` and ``best`` (by val loss) weights."""
+    torch.manual_seed(settings.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    optimizer = make_optimizer(model, settings)
+    state = TrainState()
+    if resume and (run_dir / "resume.pt").exists():
+        load_weights(model, run_dir / "last.safetensors")
+        saved = torch.load(run_dir / "resume.pt", weights_only=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        state = TrainState(**saved["state"])
+        log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)
+    (run_dir / "train_settings.json").write_text(json.dumps(asdict(settings), indent=2))
+
+    model.train()
+    batches = task.train_batches()
+    budget_s = settings.minutes * 60
+    running, running_n = 0.0, 0
+    started = time.monotonic() - state.elapsed_s
+    bar = tqdm(total=int(budget_s), initial=int(state.elapsed_s), unit="s", desc=run_dir.name, mininterval=10)
+    while state.elapsed_s < budget_s and state.step < settings.max_steps:
+        lr = learning_rate(settings, state.step, state.elapsed_s)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss, n_items = task.loss(model, next(batches))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        state.step += 1
+        state.items_seen += n_items
+        running, running_n = running + loss.item(), running_n + 1
+        now = time.monotonic() - started
+        bar.update(int(now) - int(state.elapsed_s))
+        state.elapsed_s = now
+        last_step = state.elapsed_s >= budget_s or state.step >= settings.max_steps
+        if state.step % settings.eval_every == 0 or last_step:
+            model.eval()
+            metrics = task.validate(model)
+            model.train()
+            entry = {"step": state.step, "minutes": round(state.elapsed_s / 60, 2), "lr": lr,
+                     "train_loss": running / running_n, "items_seen": state.items_seen, **metrics}
+            state.history.append(entry)
+            running, running_n = 0.0, 0
+            bar.set_postfix(train=f"{entry['train_loss']:.3f}", val=f"{metrics['val_loss']:.3f}")
+            log.info("%s", json.dumps(entry))
+            if metrics["val_loss"] < state.best_val_loss:
+                state.best_val_loss = metrics["val_loss"]
+                save_checkpoint(run_dir, model, optimizer, state, "best")
+            save_checkpoint(run_dir, model, optimizer, state, "last")
+            plot_history(state.history, run_dir / "loss.png", run_dir.name)
+            if on_validate:
+                on_validate(state, metrics)
+    bar.close()
+    return state

@@ -1,0 +1,1 @@
+"""HTTP layer: routes and schemas. Talks to the engine only; never touches ONNX tensors."""

@@ -1,0 +1,37 @@
+"""POST /v1/classify: one text, a list, or sentence pairs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.schemas import ClassificationResult, ClassifyRequest, ClassifyResponse, LabelScore
+from service.engine.classification import Classification, ClassifyInput
+
+router = APIRouter(tags=["classification"])
+
+
+def _result(c: Classification) -> ClassificationResult:
+    return ClassificationResult(
+        label=c.label,
+        score=c.score,
+        scores=c.scores,
+        top_k=[LabelScore(label=label, score=score) for label, score in c.top_k] if c.top_k else None,
+        input_tokens=c.input_tokens,
+        attention=c.attention,
+    )
+
+
+@router.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
+async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -> ClassifyResponse:
+    classifier = engine.require_classifier()
+    if isinstance(body.text, str):
+        inputs: list[ClassifyInput] = [body.text]
+        fields = ["text"]
+    else:
+        inputs = [item if isinstance(item, str) else (item[0], item[1]) for item in body.text]
+        fields = [f"text[{i}]" for i in range(len(inputs))]
+    results = await unless_disconnected(
+        request, classifier.classify(inputs, fields, top_k=body.top_k, return_attention=body.return_attention)
+    )
+    return ClassifyResponse(model=classifier.name, results=[_result(r) for r in results])

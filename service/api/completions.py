@@ -1,0 +1,211 @@
+"""POST /v1/completions: the OpenAI completions API over the generator, so OpenAI clients work as-is."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.errors import ApiError, error_body
+from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
+from service.api.sse import SSE_HEADERS, sse
+from service.engine.errors import EngineError
+from service.engine.generation import GenerationParams, GenerationResult, GenerationService, GenerationSequence, TokenEvent
+from service.engine.sampling import SamplingParams
+from service.engine.scheduler import collect
+
+router = APIRouter(tags=["openai"])
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+_END = object()
+
+
+def _prompts(body: CompletionRequest) -> list[str | list[int]]:
+    p = body.prompt
+    if isinstance(p, str):
+        return [p]
+    if all(isinstance(x, int) for x in p):
+        return [p]  # type: ignore[list-item]
+    return list(p)  # type: ignore[arg-type]
+
+
+def _sequences(generator: GenerationService, body: CompletionRequest) -> tuple[list[GenerationSequence], list[str]]:
+    """One sequence per (prompt, choice); choice i of prompt j has index j * n + i, as OpenAI numbers them."""
+    prompts = _prompts(body)
+    if len(prompts) * body.n > generator.settings.max_queue_size:
+        raise ApiError(422, "validation_error", f"prompts x n must be <= {generator.settings.max_queue_size}", "n")
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    bias = {int(k): v for k, v in (body.logit_bias or {}).items()}
+    sequences, echoes = [], []
+    for j, prompt in enumerate(prompts):
+        field = "prompt" if len(prompts) == 1 else f"prompt[{j}]"
+        ids = generator.tokenize(prompt, field)
+        max_new = generator.new_tokens(ids, body.max_tokens)
+        echo = (prompt if isinstance(prompt, str) else generator.tokenizer.decode(ids)) if body.echo else ""
+        for i in range(body.n):
+            sampling = SamplingParams(
+                temperature=body.temperature,
+                top_k=body.top_k,
+                top_p=body.top_p,
+                repetition_penalty=body.repetition_penalty,
+                presence_penalty=body.presence_penalty,
+                frequency_penalty=body.frequency_penalty,
+                logit_bias=bias,
+                seed=None if body.seed is None else body.seed + i,  # choices differ, yet reproducible
+            )
+            params = GenerationParams(max_new_tokens=max_new, sampling=sampling, stop=stop,
+                                      ignore_eos=body.ignore_eos, logprobs=body.logprobs)
+            sequences.append(generator.sequence(ids, params))
+            echoes.append(echo)
+    return sequences, echoes
+
+
+def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationService) -> CompletionLogprobs:
+    texts = [generator.tokenizer.decode([t.id]) for t in tokens]
+    offsets, at = [], offset
+    for text in texts:
+        offsets.append(at)
+        at += len(text)
+    top = [{t.text: t.logprob for t in e.top_logprobs} if e.top_logprobs else {} for e in tokens]
+    return CompletionLogprobs(
+        tokens=texts,
+        token_logprobs=[e.logprob if e.logprob is not None else 0.0 for e in tokens],
+        top_logprobs=top if any(top) else None,
+        text_offset=offsets,
+    )
+
+
+def _usage(results: list[GenerationResult], prompt_tokens: int) -> Usage:
+    completion = sum(r.completion_tokens for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
+
+
+def _prompt_tokens(sequences: list[GenerationSequence], n: int) -> int:
+    return sum(len(s.prompt_ids) for s in sequences[::n])  # each prompt counted once, as OpenAI does
+
+
+async def _merged(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
+    """Interleave several sequences' events as they come: (choice index, event)."""
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def pump(index: int, events: AsyncIterator[Any]) -> None:
+        try:
+            async for event in events:
+                await queue.put((index, event))
+        except EngineError as exc:
+            await queue.put((index, exc))
+        await queue.put((index, _END))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, event = await queue.get()
+            if event is _END:
+                remaining -= 1
+            elif isinstance(event, EngineError):
+                raise event
+            else:
+                yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Chunks:
+    """Builds the OpenAI stream chunks of one response."""
+
+    def __init__(self, model: str, body: CompletionRequest, sequences: list[GenerationSequence], echoes: list[str],
+                 generator: GenerationService) -> None:
+        self.id, self.created, self.model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), model
+        self.body, self.sequences, self.echoes, self.generator = body, sequences, echoes, generator
+        self.offsets = [len(e) for e in echoes]
+        self.results: list[GenerationResult] = []
+
+    def chunk(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
+        data = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": choices, "usage": usage.model_dump() if usage else None}
+        return sse(data)
+
+    def start(self) -> list[str]:
+        return [self.chunk([self._choice(i, e)]) for i, e in enumerate(self.echoes) if e]
+
+    def event(self, index: int, event: TokenEvent | GenerationResult) -> str | None:
+        if isinstance(event, GenerationResult):
+            self.results.append(event)
+            return self.chunk([self._choice(index, "", finish_reason=FINISH[event.finish_reason])])
+        if not event.text and self.body.logprobs is None:
+            return None  # nothing to show yet (an incomplete character, or the eos token)
+        logprobs = None
+        if self.body.logprobs is not None:
+            logprobs = _logprobs([event], self.offsets[index], self.generator).model_dump()
+        self.offsets[index] += len(event.text)
+        return self.chunk([self._choice(index, event.text, logprobs)])
+
+    def end(self) -> list[str]:
+        chunks = []
+        options = self.body.stream_options
+        if options is not None and options.include_usage:
+            chunks.append(self.chunk([], _usage(self.results, _prompt_tokens(self.sequences, self.body.n))))
+        return chunks + [sse("[DONE]")]
+
+    @staticmethod
+    def _choice(index: int, text: str, logprobs: dict[str, Any] | None = None, finish_reason: str | None = None) -> dict[str, Any]:
+        return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> AsyncIterator[str]:
+    try:
+        for chunk in chunks.start():
+            yield chunk
+        async for index, event in events:
+            text = chunks.event(index, event)
+            if text is not None:
+                yield text
+        for chunk in chunks.end():
+            yield chunk
+    except EngineError as exc:
+        yield sse(error_body(exc.type, exc.message, exc.field))
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+@router.post("/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}})
+async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
+    generator = engine.require_generator()
+    if body.model != generator.name:
+        raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use {generator.name!r}", "model")
+    sequences, echoes = _sequences(generator, body)
+    generator.submit(sequences)
+    deadline = generator.deadline()
+    if body.stream:
+        chunks = _Chunks(generator.name, body, sequences, echoes, generator)
+        return StreamingResponse(
+            _stream(chunks, _merged([generator.events(s, deadline) for s in sequences])),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+    results = await unless_disconnected(request, collect([generator.result(s, deadline) for s in sequences]))
+    choices = [
+        CompletionChoice(
+            text=echo + r.text,
+            index=i,
+            logprobs=_logprobs(r.tokens, len(echo), generator) if body.logprobs is not None else None,
+            finish_reason=FINISH[r.finish_reason],  # type: ignore[arg-type]
+        )
+        for i, (r, echo) in enumerate(zip(results, echoes, strict=True))
+    ]
+    return CompletionResponse(
+        id=f"cmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=generator.name,
+        choices=choices,
+        usage=_usage(results, _prompt_tokens(sequences, body.n)),
+    )

@@ -1,0 +1,108 @@
+"""POST /v1/generate: text generation, whole or streamed as Server-Sent Events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.errors import error_body
+from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
+from service.api.sse import SSE_HEADERS, sse
+from service.engine.errors import EngineError
+from service.engine.generation import GenerationParams, GenerationResult, GenerationService, GenerationSequence, TokenEvent
+from service.engine.sampling import SamplingParams
+
+router = APIRouter(tags=["generation"])
+
+STREAM_DOC = {
+    200: {
+        "description": "JSON, or with `stream: true` an event stream: `event: token` per token "
+        "(`{type, index, id, text, special, logprob?}`), then `event: done` (`{type, text, finish_reason, "
+        "usage, seed}`), or `event: error` (`{type, error}`) if generation fails after the first event.",
+        "content": {"text/event-stream": {}},
+    }
+}
+
+
+def _sequence(generator: GenerationService, body: GenerateRequest) -> GenerationSequence:
+    prompt_ids = generator.tokenize(body.prompt, "prompt")
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    params = GenerationParams(
+        max_new_tokens=generator.new_tokens(prompt_ids, body.max_new_tokens),
+        sampling=SamplingParams(
+            temperature=body.temperature,
+            top_k=body.top_k,
+            top_p=body.top_p,
+            repetition_penalty=body.repetition_penalty,
+            seed=body.seed,
+        ),
+        stop=stop,
+        ignore_eos=body.ignore_eos,
+        logprobs=body.top_logprobs if body.logprobs else None,
+        return_attention=body.return_attention,
+    )
+    return generator.sequence(prompt_ids, params)
+
+
+def token_model(event: TokenEvent) -> GeneratedToken:
+    top = [TopLogprob(id=t.id, text=t.text, logprob=t.logprob) for t in event.top_logprobs] if event.top_logprobs else None
+    return GeneratedToken(id=event.id, text=event.text, special=event.special, logprob=event.logprob, top_logprobs=top)
+
+
+def usage(result: GenerationResult) -> Usage:
+    total = result.prompt_tokens + result.completion_tokens
+    return Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens, total_tokens=total)
+
+
+def _event(event: TokenEvent | GenerationResult) -> str:
+    if isinstance(event, TokenEvent):
+        data: dict[str, Any] = {"type": "token", "index": event.index, **token_model(event).model_dump(exclude_none=True)}
+        return sse(data, "token")
+    done = {
+        "type": "done",
+        "text": event.text,
+        "finish_reason": event.finish_reason,
+        "usage": usage(event).model_dump(),
+        "seed": event.seed,
+    }
+    if event.attention is not None:
+        done["attention"] = event.attention
+    return sse(done, "done")
+
+
+async def _stream(first: Any, events: AsyncIterator[Any]) -> AsyncIterator[str]:
+    try:
+        yield _event(first)
+        async for event in events:
+            yield _event(event)
+    except EngineError as exc:  # after the first event the status is sent: report in-band
+        yield sse({"type": "error", **error_body(exc.type, exc.message, exc.field)}, "error")
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+@router.post("/v1/generate", response_model=GenerateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
+async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -> Any:
+    generator = engine.require_generator()
+    seq = _sequence(generator, body)
+    generator.submit([seq])
+    deadline = generator.deadline()
+    if not body.stream:
+        result = await unless_disconnected(request, generator.result(seq, deadline))
+        return GenerateResponse(
+            model=generator.name,
+            text=result.text,
+            finish_reason=result.finish_reason,  # type: ignore[arg-type]
+            usage=usage(result),
+            seed=result.seed,
+            tokens=[token_model(t) for t in result.tokens] if body.logprobs else None,
+            attention=result.attention,
+        )
+    events = generator.events(seq, deadline)
+    # Wait for the first token before answering 200, so queueing and prefill errors get a real status.
+    first = await unless_disconnected(request, anext(events))
+    return StreamingResponse(_stream(first, events), media_type="text/event-stream", headers=SSE_HEADERS)

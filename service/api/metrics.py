@@ -1,0 +1,16 @@
+"""GET /metrics in the Prometheus text format."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.api.deps import EngineDep
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(engine: EngineDep) -> Response:
+    return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)

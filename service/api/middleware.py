@@ -1,0 +1,100 @@
+"""Pure ASGI middleware (streaming-safe): request metrics and in-flight count, and the body size limit."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.errors import error_response
+from service.engine.metrics import Metrics
+
+INFERENCE_PATHS = frozenset({"/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"})
+KNOWN_PATHS = INFERENCE_PATHS | {"/v1/models", "/health", "/ready", "/metrics", "/docs", "/openapi.json"}
+
+
+class InFlight:
+    """Inference requests being handled, streams included (drain waits for this to reach 0)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class RequestMetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.inflight = inflight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        endpoint = path if path in KNOWN_PATHS else "other"
+        inference = path in INFERENCE_PATHS
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        if inference:
+            self.inflight.count += 1
+            self.metrics.inflight.inc()
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            if inference:
+                self.inflight.count -= 1
+                self.metrics.inflight.dec()
+            labels = (endpoint, str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.request_duration.labels(*labels).observe(time.perf_counter() - started)
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        message = f"the request body is larger than {self.max_bytes} bytes (SERVE_MAX_BODY_BYTES)"
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await error_response(413, "payload_too_large", message, "body")(scope, receive, send)
+            return
+        received = 0
+        too_large = False
+
+        async def limited() -> Message:  # chunked bodies declare no length: count as they arrive
+            nonlocal received, too_large
+            msg = await receive()
+            if msg["type"] == "http.request":
+                received += len(msg.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _BodyTooLarge
+            return msg
+
+        async def unless_too_large(msg: Message) -> None:
+            if not too_large:  # FastAPI answers a failed body read itself (400): replace that with 413
+                await send(msg)
+
+        try:
+            await self.app(scope, limited, unless_too_large)
+        except _BodyTooLarge:
+            pass
+        if too_large:
+            await error_response(413, "payload_too_large", message, "body")(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass

@@ -1,0 +1,271 @@
+"""Request and response bodies. Requests are strict (no type coercion) and reject unknown fields."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_SEED = 2**63 - 1
+NonEmptyText = Annotated[str, Field(min_length=1)]
+Pair = Annotated[list[NonEmptyText], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
+StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=16)]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Response(BaseModel):
+    pass
+
+
+class Usage(Response):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ErrorDetail(Response):
+    type: str = Field(description="machine-readable kind, e.g. validation_error, queue_full")
+    message: str
+    field: str | None = Field(None, description="the request field at fault, e.g. text[2]")
+
+
+class ErrorResponse(Response):
+    error: ErrorDetail
+
+
+# --- translation ---------------------------------------------------------------------------------
+
+
+class TranslateRequest(Request):
+    text: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] = Field(
+        description="one source text, or a list of them"
+    )
+    num_beams: int = Field(4, ge=1, le=16, description="1 = greedy; beams are batch rows")
+    n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
+    length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="score = logprob / length ** length_penalty")
+    max_new_tokens: int | None = Field(None, ge=1, description="default: 2 * source tokens + 16, within the server cap")
+    no_repeat_ngram_size: int = Field(0, ge=0, le=16, description="0 = off")
+    do_sample: bool = Field(False, description="sample instead of searching (num_beams must be 1)")
+    temperature: float = Field(1.0, gt=0.0, le=10.0, description="with do_sample")
+    top_k: int = Field(0, ge=0, description="with do_sample; 0 = off")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="with do_sample")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="with do_sample")
+    return_attention: bool = Field(False, description="encoder, decoder and cross attention of the best hypothesis")
+
+    @model_validator(mode="after")
+    def _n_best(self) -> TranslateRequest:
+        if self.n_best > self.num_beams:
+            raise ValueError(f"n_best ({self.n_best}) must be <= num_beams ({self.num_beams})")
+        return self
+
+
+class TranslationHypothesis(Response):
+    text: str
+    score: float = Field(description="length-normalized log-probability")
+    output_tokens: int
+
+
+class Translation(Response):
+    text: str = Field(description="the best hypothesis")
+    score: float
+    input_tokens: int
+    output_tokens: int
+    n_best: list[TranslationHypothesis] | None = Field(None, description="present when n_best > 1, best first")
+    attention: dict[str, Any] | None = None
+
+
+class TranslateResponse(Response):
+    model: str
+    translations: list[Translation]
+
+
+# --- generation ----------------------------------------------------------------------------------
+
+
+class GenerateRequest(Request):
+    prompt: NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
+        description="text, or token ids"
+    )
+    max_new_tokens: int | None = Field(None, ge=1, description="default 64, within the server cap and the context")
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
+    top_k: int = Field(0, ge=0, description="0 = off")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
+    stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens (batched or not)")
+    ignore_eos: bool = False
+    stream: bool = Field(False, description="Server-Sent Events: one `token` event per token, then `done`")
+    logprobs: bool = Field(False, description="return each token's log-probability")
+    top_logprobs: int = Field(0, ge=0, le=20, description="with logprobs: the most likely alternatives per token")
+    return_attention: bool = Field(False, description="self-attention over prompt and output, per layer and head")
+
+    @model_validator(mode="after")
+    def _top_logprobs(self) -> GenerateRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
+        return self
+
+
+class TopLogprob(Response):
+    id: int
+    text: str
+    logprob: float
+
+
+class GeneratedToken(Response):
+    id: int
+    text: str = Field(description="text released with this token ('' while a character is incomplete)")
+    special: bool
+    logprob: float | None = None
+    top_logprobs: list[TopLogprob] | None = None
+
+
+class GenerateResponse(Response):
+    model: str
+    text: str
+    finish_reason: Literal["eos", "stop", "length"]
+    usage: Usage
+    seed: int
+    tokens: list[GeneratedToken] | None = Field(None, description="present when logprobs=true")
+    attention: dict[str, Any] | None = None
+
+
+# --- OpenAI completions --------------------------------------------------------------------------
+
+
+class StreamOptions(Request):
+    include_usage: bool = False
+
+
+class CompletionRequest(Request):
+    """The OpenAI completions API, plus `top_k`, `repetition_penalty` and `ignore_eos` (as vLLM)."""
+
+    model: str
+    prompt: (
+        NonEmptyText
+        | Annotated[list[NonEmptyText], Field(min_length=1)]
+        | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+        | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)]
+    )
+    suffix: None = Field(None, description="not supported (must be null)")
+    max_tokens: int | None = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=16)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False
+    stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=4)] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    best_of: int | None = Field(None, ge=1, le=16, description="only best_of == n is supported")
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    user: str | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    top_k: int = Field(0, ge=0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    ignore_eos: bool = False
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.isdigit():
+                raise ValueError(f"keys must be token ids, got {key!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _supported(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError("best_of different from n is not supported")
+        if self.echo and self.logprobs is not None:
+            raise ValueError("echo with logprobs is not supported")
+        return self
+
+
+class CompletionLogprobs(Response):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(Response):
+    text: str
+    index: int
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class CompletionResponse(Response):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[CompletionChoice]
+    usage: Usage | None
+
+
+# --- classification ------------------------------------------------------------------------------
+
+
+class ClassifyRequest(Request):
+    text: NonEmptyText | Annotated[list[NonEmptyText | Pair], Field(min_length=1)] = Field(
+        description='one text, a list of texts, or sentence pairs: [["premise", "hypothesis"], ...]'
+    )
+    top_k: int | None = Field(None, ge=1, description="also list the k most likely labels")
+    return_attention: bool = Field(False, description="self-attention per layer and head")
+
+
+class LabelScore(Response):
+    label: str
+    score: float
+
+
+class ClassificationResult(Response):
+    label: str
+    score: float
+    scores: dict[str, float] = Field(description="every label's probability")
+    top_k: list[LabelScore] | None = None
+    input_tokens: int
+    attention: dict[str, Any] | None = None
+
+
+class ClassifyResponse(Response):
+    model: str
+    results: list[ClassificationResult]
+
+
+# --- models and health ---------------------------------------------------------------------------
+
+
+class ModelCard(Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "transformer-serving"
+    task: str
+    architecture: str
+    dims: dict[str, int]
+    vocab_size: int
+    max_positions: int
+    labels: list[str] | None = None
+    provider: dict[str, str] = Field(description="execution provider really in use, per graph")
+    quantization: dict[str, str] = Field(description="none or int8, per graph")
+    metrics: dict[str, Any] = Field(description="from the model card")
+    card: dict[str, Any]
+
+
+class ModelList(Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Status(Response):
+    status: str
+    detail: str | None = None

@@ -1,0 +1,49 @@
+"""POST /v1/translate: one text or a list; greedy, beam search with n-best, or sampling."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
+from service.engine.sampling import SamplingParams
+from service.engine.translation import TranslationParams, TranslationResult
+
+router = APIRouter(tags=["translation"])
+
+
+def _params(body: TranslateRequest) -> TranslationParams:
+    sampling = None
+    if body.do_sample:
+        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
+    return TranslationParams(
+        num_beams=body.num_beams,
+        n_best=body.n_best,
+        length_penalty=body.length_penalty,
+        max_new_tokens=body.max_new_tokens,
+        no_repeat_ngram_size=body.no_repeat_ngram_size,
+        sampling=sampling,
+        return_attention=body.return_attention,
+    )
+
+
+def _translation(result: TranslationResult, n_best: int) -> Translation:
+    hypotheses = [TranslationHypothesis(text=h.text, score=h.score, output_tokens=len(h.token_ids)) for h in result.hypotheses]
+    best = hypotheses[0]
+    return Translation(
+        text=best.text,
+        score=best.score,
+        input_tokens=result.input_tokens,
+        output_tokens=best.output_tokens,
+        n_best=hypotheses if n_best > 1 else None,
+        attention=result.attention,
+    )
+
+
+@router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
+async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> TranslateResponse:
+    translator = engine.require_translator()
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
+    results = await unless_disconnected(request, translator.translate(texts, fields, _params(body)))
+    return TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])

@@ -1,0 +1,86 @@
+"""The app factory: `service.app:create_app`. The engine is built in the lifespan, never at import time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from service.api import classify, completions, generate, health, models, translate
+from service.api.metrics import router as metrics_router
+from service.api.auth import require_api_key
+from service.api.errors import install_error_handlers
+from service.api.schemas import ErrorResponse
+from service.api.middleware import BodyLimitMiddleware, InFlight, RequestMetricsMiddleware
+from service.engine.engine import Engine
+from service.engine.metrics import Metrics
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """One server for three transformers: an encoder-decoder translator (greedy, beam search with
+n-best), a decoder-only generator (continuous batching, streaming, OpenAI-compatible completions) and an
+encoder classifier (dynamic batching, sentence pairs). Every endpoint can return attention maps.
+
+Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
+413 body too large, 422 invalid input, 429 queue full (with `Retry-After`), 503 draining or not loaded,
+504 timeout."""
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 413, 422, 429, 503, 504)}
+
+
+async def _warm_up(engine: Engine, enabled: bool) -> None:
+    if enabled:
+        try:
+            await engine.warmup()
+        except Exception as exc:
+            log.exception("warm-up failed")
+            engine.failure = f"warm-up failed: {exc}"
+            return
+    engine.ready = True
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = Engine(settings, metrics)
+        await asyncio.to_thread(engine.load)
+        engine.start()
+        app.state.engine = engine
+        # Serve /health at once; /ready turns 200 when warm-up is done.
+        warm = asyncio.create_task(_warm_up(engine, settings.warmup), name="warm-up")
+        try:
+            yield
+        finally:
+            warm.cancel()
+            await asyncio.gather(warm, return_exceptions=True)
+            await engine.stop()
+
+    app = FastAPI(title="transformer-serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.inflight = InFlight()
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)
+    app.include_router(health.router)
+    app.include_router(metrics_router)
+    for module in (translate, generate, completions, classify, models):
+        app.include_router(module.router, dependencies=[Depends(require_api_key)], responses=ERRORS)  # type: ignore[arg-type]
+    return app
+
+
+def begin_drain(app: FastAPI) -> None:
+    """Stop taking inference requests (503) and report not ready; in-flight requests carry on."""
+    engine: Engine | None = getattr(app.state, "engine", None)
+    if engine is not None:
+        engine.draining = True
+
+
+def inflight(app: FastAPI) -> int:
+    return app.state.inflight.count  # type: ignore[no-any-return]

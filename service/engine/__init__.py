@@ -1,0 +1,1 @@
+"""Serving engine: batching, scheduling, decoding, sampling. Never imports fastapi."""

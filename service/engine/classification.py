@@ -1,0 +1,149 @@
+"""Sequence classification (single texts and sentence pairs) behind the dynamic batcher."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.engine.attention import to_json
+from service.engine.batcher import DynamicBatcher
+from service.engine.errors import InvalidInput, RequestTimeout
+from service.engine.metrics import Metrics
+from service.runtime.artifact import Artifact
+from service.runtime.sessions import GraphSession
+from service.settings import Settings
+
+ClassifyInput = str | tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ClassifyItem:
+    ids: list[int]
+    type_ids: list[int]
+    attention: bool
+
+
+@dataclass(frozen=True)
+class Classification:
+    label: str
+    score: float
+    scores: dict[str, float]  # every label, in label order
+    top_k: list[tuple[str, float]] | None
+    input_tokens: int
+    attention: dict[str, Any] | None = None
+
+
+class ClassificationModel:
+    def __init__(self, artifact: Artifact, session: GraphSession, tokenizer: Tokenizer) -> None:
+        self.session = session
+        self.tokenizer = tokenizer
+        self.pad = artifact.special_tokens["pad"]
+        names = [f"attentions.{i}" for i in range(artifact.dims["n_layers"])]
+        self.attention_names = names if all(session.has_output(n) for n in names) else []
+
+    def run_batch(self, items: list[ClassifyItem]) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
+        """Label probabilities (and attention maps, where asked) for a right-padded batch."""
+        B, S = len(items), max(len(item.ids) for item in items)
+        ids = np.full((B, S), self.pad, dtype=np.int64)
+        types = np.zeros((B, S), dtype=np.int64)
+        mask = np.zeros((B, S), dtype=np.int64)
+        for b, item in enumerate(items):
+            n = len(item.ids)
+            ids[b, :n], types[b, :n], mask[b, :n] = item.ids, item.type_ids, 1
+        want = any(item.attention for item in items)
+        out = self.session.run(
+            {"input_ids": ids, "token_type_ids": types, "attention_mask": mask},
+            ["logits", *(self.attention_names if want else [])],
+        )
+        logits = np.asarray(out["logits"], dtype=np.float64)
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        results = []
+        for b, item in enumerate(items):
+            n = len(item.ids)
+            maps = [out[name][b, :, :n, :n] for name in self.attention_names] if item.attention else None  # type: ignore[index]
+            results.append((probs[b], maps))
+        return results
+
+
+class ClassificationService:
+    def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics) -> None:
+        self.artifact = artifact
+        self.name = artifact.name
+        self.settings = settings
+        self.labels = list(artifact.labels)
+        self.tokenizer = artifact.load_tokenizer()
+        self.model = ClassificationModel(artifact, session, self.tokenizer)
+        self.batcher: DynamicBatcher[ClassifyItem, tuple[np.ndarray, list[np.ndarray] | None]] = DynamicBatcher(
+            self.name,
+            self.model.run_batch,
+            max_batch_size=settings.max_batch_size,
+            max_wait_s=settings.max_wait_ms / 1000,
+            max_queue_size=settings.max_queue_size,
+            executor=executor,
+            metrics=metrics,
+        )
+
+    @property
+    def max_tokens(self) -> int:
+        return min(self.settings.max_input_tokens, self.artifact.max_positions)
+
+    def tokenize(self, inputs: list[ClassifyInput], fields: list[str], attention: bool) -> list[ClassifyItem]:
+        items = []
+        for field_name, item in zip(fields, inputs, strict=True):
+            parts = (item,) if isinstance(item, str) else item
+            if any(not part.strip() for part in parts):
+                raise InvalidInput("the text is empty", field_name)
+            encoding = self.tokenizer.encode(*parts)
+            if len(encoding.ids) > self.max_tokens:
+                raise InvalidInput(f"the input has {len(encoding.ids)} tokens; the limit is {self.max_tokens}", field_name)
+            items.append(ClassifyItem(encoding.ids, encoding.type_ids, attention))
+        return items
+
+    async def warmup(self) -> None:
+        """A single text, a pair, and a full batch, truncated to the limits."""
+        def item(*parts: str) -> ClassifyItem:
+            encoding = self.tokenizer.encode(*parts)
+            return ClassifyItem(encoding.ids[: self.max_tokens], encoding.type_ids[: self.max_tokens], False)
+
+        await self.batcher.submit([item("warm up")])
+        await self.batcher.submit([item("warm up", "the server")])
+        size = min(self.settings.max_batch_size, self.settings.max_queue_size, 8)
+        await self.batcher.submit([item("warm up the server " * (i + 1)) for i in range(size)])
+
+    async def classify(
+        self, inputs: list[ClassifyInput], fields: list[str], top_k: int | None = None, return_attention: bool = False
+    ) -> list[Classification]:
+        if len(inputs) > self.settings.max_queue_size:
+            raise InvalidInput(f"at most {self.settings.max_queue_size} texts per request", "text")
+        if top_k is not None and top_k > len(self.labels):
+            raise InvalidInput(f"must be <= the number of labels ({len(self.labels)})", "top_k")
+        if return_attention and not self.model.attention_names:
+            raise InvalidInput("this model's graph does not export attention weights", "return_attention")
+        items = self.tokenize(inputs, fields, return_attention)
+        try:
+            outputs = await asyncio.wait_for(self.batcher.submit(items), self.settings.request_timeout_s)
+        except TimeoutError:
+            raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S") from None
+        return [self._result(item, probs, maps, top_k) for item, (probs, maps) in zip(items, outputs, strict=True)]
+
+    def _result(self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None) -> Classification:
+        best = int(np.argmax(probs))
+        order = np.argsort(-probs, kind="stable")[: top_k or 0]
+        attention = None
+        if maps is not None:
+            tokens = [self.tokenizer.id_to_token(t) for t in item.ids]
+            attention = {"tokens": tokens, "layers": [to_json(a) for a in maps]}
+        return Classification(
+            label=self.labels[best],
+            score=float(probs[best]),
+            scores={label: float(p) for label, p in zip(self.labels, probs, strict=True)},
+            top_k=[(self.labels[i], float(probs[i])) for i in order] if top_k else None,
+            input_tokens=len(item.ids),
+            attention=attention,
+        )

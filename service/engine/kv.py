@@ -1,0 +1,108 @@
+"""Per-row decoder state for batched KV-cache decoding: the self-attention cache (left padded) and,
+for the translator, the encoder's cross-attention K/V (right padded).
+
+Left padding keeps every row's newest token in the last column, so one step feeds one token per row.
+Position ids come from the mask (`cumsum(mask) - 1`), so padding never shifts a row's positions: a row
+computes the same thing alone or next to longer rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.runtime.sessions import Tensor, to_numpy
+
+
+def kv_names(prefix: str, n_layers: int) -> list[str]:
+    return [f"{prefix}.{i}.{part}" for i in range(n_layers) for part in ("key", "value")]
+
+
+def _pad(x: np.ndarray, axis: int, length: int, left: bool) -> np.ndarray:
+    missing = length - x.shape[axis]
+    if missing == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (missing, 0) if left else (0, missing)
+    return np.pad(x, widths)
+
+
+def _is_identity(rows: np.ndarray, n: int) -> bool:
+    return len(rows) == n and bool(np.all(rows == np.arange(n)))
+
+
+@dataclass(frozen=True)
+class KVCache:
+    mask: np.ndarray  # [B, P] int64, 1 for real past tokens, left padded
+    past: list[Tensor]  # 2L tensors [B, H, P, Dh]: key, value per layer
+
+    @classmethod
+    def empty(cls, batch: int, n_layers: int, n_heads: int, d_head: int) -> KVCache:
+        zeros = np.zeros((batch, n_heads, 0, d_head), dtype=np.float32)
+        return cls(np.zeros((batch, 0), dtype=np.int64), [zeros] * (2 * n_layers))
+
+    @property
+    def batch(self) -> int:
+        return self.mask.shape[0]
+
+    def feeds(self, new_mask: np.ndarray) -> dict[str, Tensor]:
+        """Inputs for a step that appends `new_mask.shape[1]` tokens (mask 0 marks left padding)."""
+        mask = np.concatenate([self.mask, new_mask], axis=1)  # [B, P+S]
+        positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, -new_mask.shape[1] :]  # [B, S]
+        feeds: dict[str, Tensor] = {"attention_mask": mask, "position_ids": positions}
+        feeds.update(zip(kv_names("past_key_values", len(self.past) // 2), self.past, strict=True))
+        return feeds
+
+    def advance(self, outputs: dict[str, Tensor], new_mask: np.ndarray) -> KVCache:
+        """The cache after a step: the graph's `present.*` outputs become the past."""
+        present = [outputs[name] for name in kv_names("present", len(self.past) // 2)]
+        return KVCache(np.concatenate([self.mask, new_mask], axis=1), present)
+
+    def take(self, rows: np.ndarray) -> KVCache:
+        """Keep (or repeat, for beams) the given rows; drop left columns that are padding in every row."""
+        if _is_identity(rows, self.batch):
+            return self
+        mask = self.mask[rows]
+        start = int(np.argmax(mask.any(axis=0))) if mask.any() else mask.shape[1]
+        return KVCache(mask[:, start:], [to_numpy(t)[rows, :, start:] for t in self.past])
+
+    @staticmethod
+    def concat(caches: list[KVCache]) -> KVCache:
+        length = max(c.mask.shape[1] for c in caches)
+        mask = np.concatenate([_pad(c.mask, 1, length, left=True) for c in caches], axis=0)
+        past = [
+            np.concatenate([_pad(to_numpy(c.past[i]), 2, length, left=True) for c in caches], axis=0)
+            for i in range(len(caches[0].past))
+        ]
+        return KVCache(mask, past)
+
+
+@dataclass(frozen=True)
+class CrossState:
+    """The encoder output a translator decoder row attends to, computed once per source."""
+
+    mask: np.ndarray  # [B, Ssrc] int64, right padded
+    kv: list[Tensor]  # 2L tensors [B, H, Ssrc, Dh]
+
+    def feeds(self) -> dict[str, Tensor]:
+        feeds: dict[str, Tensor] = {"encoder_attention_mask": self.mask}
+        feeds.update(zip(kv_names("cross", len(self.kv) // 2), self.kv, strict=True))
+        return feeds
+
+    def take(self, rows: np.ndarray) -> CrossState:
+        if _is_identity(rows, self.mask.shape[0]):
+            return self
+        mask = self.mask[rows]
+        end = int(mask.sum(axis=1).max()) if len(rows) else 0
+        return CrossState(mask[:, :end], [to_numpy(t)[rows, :, :end] for t in self.kv])
+
+    @staticmethod
+    def concat(states: list[CrossState]) -> CrossState:
+        length = max(s.mask.shape[1] for s in states)
+        mask = np.concatenate([_pad(s.mask, 1, length, left=False) for s in states], axis=0)
+        kv = [
+            np.concatenate([_pad(to_numpy(s.kv[i]), 2, length, left=False) for s in states], axis=0)
+            for i in range(len(states[0].kv))
+        ]
+        return CrossState(mask, kv)

@@ -1,0 +1,439 @@
+"""Encoder-decoder translation: batched greedy decoding and beam search (beams are batch rows), with a
+KV cache and continuous batching.
+
+`prefill` runs the encoder once for all newcomers (their cross-attention K/V is computed once per source
+and reused at every step); each `step` feeds one token per row. A request's beams are contiguous rows;
+after each step the rows are re-gathered so each new beam continues its parent's cache.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.engine.attention import stack_rows, to_json
+from service.engine.errors import InvalidInput
+from service.engine.kv import CrossState, KVCache, kv_names
+from service.engine.metrics import Metrics
+from service.engine.sampling import Sampler, SamplingParams, log_softmax
+from service.engine.scheduler import Emit, Scheduler, Sequence, collect
+from service.runtime.artifact import Artifact
+from service.runtime.sessions import GraphSession
+from service.settings import Settings
+
+MAX_BEAMS = 16
+WARMUP_TEXTS = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
+
+
+@dataclass(frozen=True)
+class TranslationParams:
+    num_beams: int = 4
+    n_best: int = 1
+    length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty
+    max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap
+    no_repeat_ngram_size: int = 0
+    sampling: SamplingParams | None = None  # None: deterministic (greedy or beam search)
+    return_attention: bool = False
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    score: float
+    logprob: float
+    token_ids: list[int]
+
+
+@dataclass(frozen=True)
+class TranslationResult:
+    hypotheses: list[Hypothesis]  # best first, n_best of them
+    input_tokens: int
+    attention: dict[str, Any] | None = None
+
+
+class TranslationSequence(Sequence):
+    def __init__(self, src_ids: list[int], params: TranslationParams, max_new_tokens: int) -> None:
+        super().__init__(rows=params.num_beams)
+        self.src_ids = src_ids
+        self.params = params
+        self.max_new_tokens = max_new_tokens
+
+
+@dataclass
+class _Hyp:
+    """One beam: the tokens after bos, their summed logprob, and (if asked) its attention rows."""
+
+    tokens: list[int] = field(default_factory=list)
+    logprob: float = 0.0
+    self_attn: list[list[np.ndarray]] = field(default_factory=list)  # per layer: [H, 1, k] per step
+    cross_attn: list[list[np.ndarray]] = field(default_factory=list)  # per layer: [H, 1, Ssrc] per step
+
+    def extend(self, token: int, logprob: float) -> _Hyp:
+        return _Hyp(
+            self.tokens + [token],
+            self.logprob + logprob,
+            [list(rows) for rows in self.self_attn],
+            [list(rows) for rows in self.cross_attn],
+        )
+
+
+def banned_ngram_tokens(tokens: list[int], n: int) -> list[int]:
+    """Tokens that would repeat an n-gram already in `tokens`."""
+    if n <= 0 or len(tokens) < n:
+        return []
+    prefix = tuple(tokens[len(tokens) - n + 1 :])
+    return [tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n - 1]) == prefix]
+
+
+class _Beams:
+    """Worker-side search state of one request."""
+
+    def __init__(self, seq: TranslationSequence, model: TranslationModel) -> None:
+        self.seq = seq
+        self.params = seq.params
+        self.eos = model.eos
+        self.sampler = Sampler(seq.params.sampling, model.vocab_size) if seq.params.sampling else None
+        self.finished: list[tuple[float, _Hyp]] = []  # (score, hypothesis), best first
+        self.encoder_attention: list[np.ndarray] = []
+        self.done = False
+
+    def score(self, hyp: _Hyp) -> float:
+        return hyp.logprob / (len(hyp.tokens) ** self.params.length_penalty)
+
+    def add_finished(self, hyp: _Hyp) -> None:
+        self.finished.append((self.score(hyp), hyp))
+        self.finished.sort(key=lambda item: -item[0])
+        del self.finished[self.params.num_beams :]
+
+    def advance(self, hyps: list[_Hyp], logits: np.ndarray, logp: np.ndarray) -> list[tuple[int, _Hyp]]:
+        """Choose the next beams from this request's rows; return (parent row, child) pairs.
+        An empty list means the request is done."""
+        for r, hyp in enumerate(hyps):
+            banned = banned_ngram_tokens(hyp.tokens, self.params.no_repeat_ngram_size)
+            logits[r, banned] = -np.inf
+            logp[r, banned] = -np.inf
+        length = len(hyps[0].tokens) + 1
+        children = self._greedy(hyps, logits, logp) if self.params.num_beams == 1 else self._beam(hyps, logp)
+        if length >= self.seq.max_new_tokens:
+            for _, child in children:
+                self.add_finished(child)
+            children = []
+        elif self.params.num_beams > 1 and children and len(self.finished) >= self.params.num_beams:
+            # Done once no running beam can beat the worst kept hypothesis (the usual heuristic).
+            best_running = max(c.logprob for _, c in children) / length**self.params.length_penalty
+            if self.finished[-1][0] >= best_running:
+                children = []
+        if not children and not self.finished:  # every candidate was banned: return what there is
+            for hyp in hyps:
+                self.add_finished(hyp)
+        self.done = not children
+        return children
+
+    def _greedy(self, hyps: list[_Hyp], logits: np.ndarray, logp: np.ndarray) -> list[tuple[int, _Hyp]]:
+        token = self.sampler.select(logits[0]) if self.sampler else int(np.argmax(logp[0]))
+        child = hyps[0].extend(token, float(logp[0, token]))
+        if token == self.eos:
+            self.add_finished(child)
+            return []
+        return [(0, child)]
+
+    def _beam(self, hyps: list[_Hyp], logp: np.ndarray) -> list[tuple[int, _Hyp]]:
+        nb = self.params.num_beams
+        scores = np.array([h.logprob for h in hyps])[:, None] + logp  # [rows, V]
+        flat = scores.ravel()
+        k = min(2 * nb, flat.size)
+        top = np.argpartition(-flat, k - 1)[:k]
+        top = top[np.lexsort((top, -flat[top]))]  # best first, ties by index: deterministic
+        children: list[tuple[int, _Hyp]] = []
+        for rank, index in enumerate(top):
+            if not np.isfinite(flat[index]):
+                break
+            row, token = divmod(int(index), logp.shape[1])
+            child = hyps[row].extend(token, float(logp[row, token]))
+            if token == self.eos:
+                if rank < nb:
+                    self.add_finished(child)
+                continue
+            children.append((row, child))
+            if len(children) == nb:
+                break
+        return children
+
+
+class TranslationModel:
+    def __init__(
+        self, name: str, artifact: Artifact, encoder: GraphSession, decoder: GraphSession, tokenizer: Tokenizer, metrics: Metrics
+    ) -> None:
+        self.name = name
+        self.artifact = artifact
+        self.encoder = encoder
+        self.decoder = decoder
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.vocab_size = artifact.vocab_size
+        self.pad, self.bos, self.eos = (artifact.special_tokens[k] for k in ("pad", "bos", "eos"))
+        n_dec, n_enc = artifact.n_decoder_layers, artifact.dims["n_encoder_layers"]
+        self.n_layers = n_dec
+        self.cross = kv_names("cross", n_dec)
+        self.present = kv_names("present", n_dec)
+        enc_attn = [f"attentions.{i}" for i in range(n_enc)]
+        dec_attn = [f"attentions.{i}" for i in range(n_dec)] + [f"cross_attentions.{i}" for i in range(n_dec)]
+        has_attention = all(encoder.has_output(n) for n in enc_attn) and all(decoder.has_output(n) for n in dec_attn)
+        self.encoder_attention = enc_attn if has_attention else []
+        self.decoder_attention = dec_attn if has_attention else []
+
+    def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], TranslationBatch | None]:
+        beams = [_Beams(seq, self) for seq in sequences if isinstance(seq, TranslationSequence)]
+        B, S = len(beams), max(len(b.seq.src_ids) for b in beams)
+        ids = np.full((B, S), self.pad, dtype=np.int64)
+        mask = np.zeros((B, S), dtype=np.int64)
+        for i, b in enumerate(beams):  # right padding, as the encoder was trained
+            n = len(b.seq.src_ids)
+            ids[i, :n] = b.seq.src_ids
+            mask[i, :n] = 1
+        want = any(b.params.return_attention for b in beams)
+        wanted = self.cross + (self.encoder_attention if want else [])
+        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, wanted, keep=self.cross)
+        hyps = []
+        for i, b in enumerate(beams):
+            hyp = _Hyp()
+            if b.params.return_attention:
+                n = len(b.seq.src_ids)
+                b.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]  # type: ignore[index]
+                hyp = _Hyp(self_attn=[[] for _ in range(self.n_layers)], cross_attn=[[] for _ in range(self.n_layers)])
+            hyps.append(hyp)
+        cross = CrossState(mask, [out[name] for name in self.cross])
+        cache = KVCache.empty(B, self.n_layers, self.artifact.n_heads, self.artifact.d_head)
+        next_ids = np.full((B, 1), self.bos, dtype=np.int64)
+        return [], TranslationBatch(self, beams, hyps, [1] * B, cache, cross, next_ids)
+
+    def result(self, beams: _Beams) -> TranslationResult:
+        best = beams.finished[: beams.params.n_best]
+        hypotheses = [
+            Hypothesis(self.tokenizer.decode(h.tokens, skip_special_tokens=True), float(s), h.logprob, h.tokens)
+            for s, h in best
+        ]
+        attention = self.attention(beams, best[0][1]) if beams.params.return_attention and best else None
+        return TranslationResult(hypotheses, len(beams.seq.src_ids), attention)
+
+    def attention(self, beams: _Beams, hyp: _Hyp) -> dict[str, Any]:
+        def names(ids: list[int]) -> list[str | None]:
+            return [self.tokenizer.id_to_token(t) for t in ids]
+
+        steps = len(hyp.tokens)
+        return {
+            "source_tokens": names(beams.seq.src_ids),
+            "target_tokens": names(hyp.tokens),
+            "decoder_input_tokens": names([self.bos, *hyp.tokens[:-1]]),
+            "encoder": [to_json(a) for a in beams.encoder_attention],
+            "decoder": [to_json(stack_rows(rows, steps)) for rows in hyp.self_attn],
+            "cross": [to_json(np.concatenate(rows, axis=1)) for rows in hyp.cross_attn],
+        }
+
+
+class TranslationBatch:
+    def __init__(
+        self,
+        model: TranslationModel,
+        beams: list[_Beams],
+        hyps: list[_Hyp],
+        counts: list[int],
+        cache: KVCache,
+        cross: CrossState,
+        next_ids: np.ndarray,
+    ) -> None:
+        self.model = model
+        self.beams = beams  # one per request
+        self.hyps = hyps  # one per row; a request's rows are contiguous
+        self.counts = counts  # rows per request
+        self.cache = cache
+        self.cross = cross
+        self.next_ids = next_ids  # [R, 1]
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return [b.seq for b in self.beams]
+
+    @property
+    def rows(self) -> int:
+        return len(self.hyps)
+
+    def step(self) -> list[Emit]:
+        m = self.model
+        R = self.rows
+        new_mask = np.ones((R, 1), dtype=np.int64)
+        want = any(b.params.return_attention for b in self.beams)
+        wanted = ["logits", *m.present, *(m.decoder_attention if want else [])]
+        feeds = {"input_ids": self.next_ids, **self.cache.feeds(new_mask), **self.cross.feeds()}
+        out = m.decoder.run(feeds, wanted, keep=m.present)
+        cache = self.cache.advance(out, new_mask)
+        logits = np.array(out["logits"][:, -1], dtype=np.float64)  # type: ignore[index]
+        logp = log_softmax(logits)
+        if want:
+            self._record_attention(out, cache)
+        m.metrics.generated_tokens.labels(m.name).inc(R)
+
+        emits: list[Emit] = []
+        parents: list[int] = []
+        beams, hyps, counts = [], [], []
+        start = 0
+        for b, count in zip(self.beams, self.counts, strict=True):
+            rows = slice(start, start + count)
+            children = b.advance(self.hyps[rows], logits[rows], logp[rows])
+            if b.done:
+                emits.append(Emit(b.seq, m.result(b), final=True))
+            else:
+                beams.append(b)
+                counts.append(len(children))
+                parents += [start + row for row, _ in children]
+                hyps += [child for _, child in children]
+            start += count
+        index = np.asarray(parents, dtype=np.int64)
+        # Every beam of a request reads the same source: re-gather the cross K/V only when the rows per
+        # request change, not when beams merely reorder.
+        same_rows = len(beams) == len(self.beams) and counts == self.counts
+        self.cross = self.cross if same_rows else self.cross.take(index)
+        self.cache = cache.take(index)
+        self.beams, self.hyps, self.counts = beams, hyps, counts
+        self.next_ids = np.array([[h.tokens[-1]] for h in hyps], dtype=np.int64).reshape(-1, 1)
+        return emits
+
+    def _record_attention(self, out: dict[str, Any], cache: KVCache) -> None:
+        n = self.model.n_layers
+        self_maps, cross_maps = self.model.decoder_attention[:n], self.model.decoder_attention[n:]
+        for row, hyp in enumerate(self.hyps):
+            if not hyp.self_attn:
+                continue
+            keys = cache.mask[row].astype(bool)  # drop left padding
+            src = int(self.cross.mask[row].sum())  # drop right padding
+            for layer in range(n):
+                hyp.self_attn[layer].append(out[self_maps[layer]][row][:, :, keys])
+                hyp.cross_attn[layer].append(out[cross_maps[layer]][row][:, :, :src])
+
+    def _rows_of(self, keep: set[int]) -> tuple[list[int], np.ndarray]:
+        requests, rows, start = [], [], 0
+        for i, (b, count) in enumerate(zip(self.beams, self.counts, strict=True)):
+            if id(b.seq) in keep:
+                requests.append(i)
+                rows += range(start, start + count)
+            start += count
+        return requests, np.asarray(rows, dtype=np.int64)
+
+    def filter(self, keep: list[Sequence]) -> TranslationBatch | None:
+        requests, rows = self._rows_of({id(s) for s in keep})
+        if not requests:
+            return None
+        return TranslationBatch(
+            self.model,
+            [self.beams[i] for i in requests],
+            [self.hyps[r] for r in rows],
+            [self.counts[i] for i in requests],
+            self.cache.take(rows),
+            self.cross.take(rows),
+            self.next_ids[rows],
+        )
+
+    def concatenate(self, other: Any) -> TranslationBatch:
+        assert isinstance(other, TranslationBatch)
+        return TranslationBatch(
+            self.model,
+            self.beams + other.beams,
+            self.hyps + other.hyps,
+            self.counts + other.counts,
+            KVCache.concat([self.cache, other.cache]),
+            CrossState.concat([self.cross, other.cross]),
+            np.concatenate([self.next_ids, other.next_ids]),
+        )
+
+
+class TranslationService:
+    """What the API calls: validate and tokenize, queue one sequence per source, wait for all."""
+
+    def __init__(
+        self,
+        artifact: Artifact,
+        encoder: GraphSession,
+        decoder: GraphSession,
+        settings: Settings,
+        executor: Executor,
+        metrics: Metrics,
+    ) -> None:
+        self.artifact = artifact
+        self.name = artifact.name
+        self.settings = settings
+        self.tokenizer = artifact.load_tokenizer()
+        self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
+        self.scheduler = Scheduler(
+            self.name,
+            self.model,
+            max_rows=settings.max_batch_size,
+            max_queue_size=settings.max_queue_size,
+            max_wait_s=settings.max_wait_ms / 1000,
+            executor=executor,
+            metrics=metrics,
+        )
+
+    @property
+    def max_source_tokens(self) -> int:
+        return min(self.settings.max_input_tokens, self.artifact.max_positions)
+
+    @property
+    def max_target_tokens(self) -> int:
+        return min(self.settings.max_new_tokens, self.artifact.max_positions - 1)  # bos takes position 0
+
+    def check(self, params: TranslationParams, items: int) -> None:
+        if params.num_beams > min(MAX_BEAMS, self.settings.max_batch_size):
+            limit = min(MAX_BEAMS, self.settings.max_batch_size)
+            raise InvalidInput(f"must be <= {limit} (beams are batch rows; SERVE_MAX_BATCH_SIZE)", "num_beams")
+        if params.n_best > params.num_beams:
+            raise InvalidInput(f"must be <= num_beams ({params.num_beams})", "n_best")
+        if params.sampling is not None and params.num_beams > 1:
+            raise InvalidInput("sampling works with num_beams=1 only", "do_sample")
+        if params.max_new_tokens is not None and params.max_new_tokens > self.max_target_tokens:
+            raise InvalidInput(f"must be <= {self.max_target_tokens}", "max_new_tokens")
+        if params.return_attention and not self.model.decoder_attention:
+            raise InvalidInput("this model's graphs do not export attention weights", "return_attention")
+        if items > self.settings.max_queue_size:
+            raise InvalidInput(f"at most {self.settings.max_queue_size} texts per request", "text")
+
+    def tokenize(self, texts: list[str], fields: list[str]) -> list[list[int]]:
+        encoded = self.tokenizer.encode_batch(texts)
+        ids = [e.ids for e in encoded]
+        for field_name, text, src in zip(fields, texts, ids, strict=True):
+            if not text.strip() or not src:
+                raise InvalidInput("the text is empty", field_name)
+            if len(src) > self.max_source_tokens:
+                raise InvalidInput(f"the text has {len(src)} tokens; the limit is {self.max_source_tokens}", field_name)
+        return ids
+
+    async def warmup(self) -> None:
+        """Greedy and beam search over a short and a longer source, truncated to the limits."""
+        sources = [ids[: self.max_source_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_TEXTS)]
+        for beams in sorted({1, min(2, self.settings.max_batch_size)}):
+            params = TranslationParams(num_beams=beams)
+            sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
+            self.scheduler.submit(list(sequences))
+            await collect([self._result(seq, None) for seq in sequences])
+
+    async def translate(self, texts: list[str], fields: list[str], params: TranslationParams) -> list[TranslationResult]:
+        self.check(params, len(texts))
+        sources = self.tokenize(texts, fields)
+        sequences = [
+            TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
+            for src in sources
+        ]
+        self.scheduler.submit(list(sequences))
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        return await collect([self._result(seq, deadline) for seq in sequences])
+
+    async def _result(self, seq: TranslationSequence, deadline: float | None) -> TranslationResult:
+        result = None
+        async for event in seq.stream(deadline):
+            result = event
+        assert isinstance(result, TranslationResult)
+        return result

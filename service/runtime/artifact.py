@@ -1,0 +1,199 @@
+"""Load and validate an artifact folder (config.json is the whole contract; see artifacts/README.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+FORMAT_VERSION = 1
+ARCHITECTURES = {"translation": "encoder-decoder", "generation": "decoder-only", "classification": "encoder"}
+GRAPH_ROLES = {"translation": ("encoder", "decoder"), "generation": ("decoder",), "classification": ("encoder",)}
+SPECIAL_TOKENS = {
+    "translation": ("pad", "bos", "eos"),
+    "generation": ("pad", "bos", "eos"),
+    "classification": ("pad", "cls", "sep"),
+}
+
+
+class ArtifactError(ValueError):
+    """The artifact folder does not follow the contract; the message says where and how."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    role: str
+    file: Path
+    int8_file: Path | None
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    folder: Path
+    name: str
+    task: str
+    architecture: str
+    dims: dict[str, int]
+    vocab_size: int
+    max_positions: int
+    special_tokens: dict[str, int]
+    labels: tuple[str, ...]
+    graphs: dict[str, GraphSpec]
+    tokenizer_file: Path
+    card: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_heads(self) -> int:
+        return self.dims["n_heads"]
+
+    @property
+    def d_head(self) -> int:
+        return self.dims["d_head"]
+
+    @property
+    def n_decoder_layers(self) -> int:
+        """Layers that carry a KV cache (decoder-only: all of them)."""
+        return self.dims.get("n_decoder_layers", self.dims.get("n_layers", 0))
+
+    def load_tokenizer(self) -> Tokenizer:
+        tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        # The server enforces its own limits with a clear 4xx; a silent truncation would hide them.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
+
+
+def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ArtifactError(f"{where}: missing field {key!r}")
+    value = data[key]
+    if not isinstance(value, kind):
+        raise ArtifactError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _tensors(items: list[Any], where: str) -> tuple[TensorSpec, ...]:
+    specs = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ArtifactError(f"{where}[{i}]: expected an object")
+        shape = tuple(_require(item, "shape", list, f"{where}[{i}]"))
+        specs.append(TensorSpec(_require(item, "name", str, f"{where}[{i}]"), str(item.get("dtype", "")), shape))
+    return tuple(specs)
+
+
+def _graph(folder: Path, role: str, data: dict[str, Any], where: str) -> GraphSpec:
+    file = folder / _require(data, "file", str, where)
+    if not file.is_file():
+        raise ArtifactError(f"{where}: graph file {file} does not exist")
+    int8_name = data.get("int8_file")
+    int8_file = folder / int8_name if isinstance(int8_name, str) else None
+    if int8_file is not None and not int8_file.is_file():
+        raise ArtifactError(f"{where}: int8_file {int8_file} does not exist")
+    return GraphSpec(
+        role=role,
+        file=file,
+        int8_file=int8_file,
+        inputs=_tensors(_require(data, "inputs", list, where), f"{where}.inputs"),
+        outputs=_tensors(_require(data, "outputs", list, where), f"{where}.outputs"),
+    )
+
+
+def _expected_io(task: str, role: str, dims: dict[str, int]) -> tuple[list[str], list[str]]:
+    """The input and output names the contract promises for one graph (attention outputs are optional)."""
+
+    def kv(prefix: str, n: int) -> list[str]:
+        return [f"{prefix}.{i}.{part}" for i in range(n) for part in ("key", "value")]
+
+    n_dec = dims.get("n_decoder_layers", dims.get("n_layers", 0))
+    if task == "classification":
+        return ["input_ids", "token_type_ids", "attention_mask"], ["logits"]
+    if task == "translation" and role == "encoder":
+        return ["input_ids", "attention_mask"], kv("cross", n_dec)
+    inputs = ["input_ids", "attention_mask", "position_ids"]
+    if task == "translation":
+        inputs += ["encoder_attention_mask", *kv("cross", n_dec)]
+    return inputs + kv("past_key_values", n_dec), ["logits", *kv("present", n_dec)]
+
+
+def load_artifact(folder: Path) -> Artifact:
+    """Read `folder/config.json` and check it against the contract; raise ArtifactError naming the problem."""
+    path = folder / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: cannot read config.json ({exc})") from exc
+    where = str(path)
+    version = _require(data, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{where}: format_version {version} is not supported (expected {FORMAT_VERSION})")
+    task = _require(data, "task", str, where)
+    if task not in ARCHITECTURES:
+        raise ArtifactError(f"{where}: unknown task {task!r}")
+    architecture = _require(data, "architecture", str, where)
+    if architecture != ARCHITECTURES[task]:
+        raise ArtifactError(f"{where}: task {task!r} needs architecture {ARCHITECTURES[task]!r}, got {architecture!r}")
+    dims = _require(data, "dims", dict, where)
+    layer_keys = ("n_encoder_layers", "n_decoder_layers") if task == "translation" else ("n_layers",)
+    for key in ("n_heads", "d_head", *layer_keys):
+        if not isinstance(dims.get(key), int) or dims[key] <= 0:
+            raise ArtifactError(f"{where}: dims.{key} must be a positive integer")
+    specials = _require(data, "special_tokens", dict, where)
+    for key in SPECIAL_TOKENS[task]:
+        if not isinstance(specials.get(key), int):
+            raise ArtifactError(f"{where}: special_tokens.{key} is required for {task}")
+    labels: tuple[str, ...] = ()
+    if task == "classification":
+        labels = tuple(_require(data, "labels", list, where))
+        if not labels:
+            raise ArtifactError(f"{where}: labels must not be empty")
+    graphs_data = _require(data, "graphs", dict, where)
+    graphs = {}
+    for role in GRAPH_ROLES[task]:
+        if role not in graphs_data:
+            raise ArtifactError(f"{where}: graphs.{role} is required for {task}")
+        graph = _graph(folder, role, graphs_data[role], f"{where}: graphs.{role}")
+        inputs, outputs = _expected_io(task, role, dims)
+        missing = [n for n in inputs if n not in graph.input_names] + [n for n in outputs if n not in graph.output_names]
+        if missing:
+            raise ArtifactError(f"{where}: graphs.{role} lacks {missing}")
+        graphs[role] = graph
+    tokenizer_file = folder / str(data.get("tokenizer", "tokenizer.json"))
+    if not tokenizer_file.is_file():
+        raise ArtifactError(f"{where}: tokenizer file {tokenizer_file} is missing")
+    card_path = folder / str(data.get("card", "card.json"))
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    return Artifact(
+        folder=folder,
+        name=_require(data, "name", str, where),
+        task=task,
+        architecture=architecture,
+        dims={k: v for k, v in dims.items() if isinstance(v, int)},
+        vocab_size=_require(data, "vocab_size", int, where),
+        max_positions=_require(data, "max_positions", int, where),
+        special_tokens={k: v for k, v in specials.items() if isinstance(v, int)},
+        labels=labels,
+        graphs=graphs,
+        tokenizer_file=tokenizer_file,
+        card=card if isinstance(card, dict) else {},
+    )

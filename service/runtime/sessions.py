@@ -1,0 +1,113 @@
+"""ONNX Runtime sessions: provider selection, the provider really in use, and IOBinding for device-resident KV."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeAlias
+
+import numpy as np
+import onnxruntime as ort
+
+from service.runtime.artifact import GraphSpec
+
+log = logging.getLogger(__name__)
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+# A tensor the engine passes around: numpy on the host, or an OrtValue that stays on the device.
+Tensor: TypeAlias = np.ndarray | ort.OrtValue
+
+
+def to_numpy(value: Tensor) -> np.ndarray:
+    """Host copy of a tensor (no copy for numpy arrays)."""
+    return value.numpy() if isinstance(value, ort.OrtValue) else value
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    device: str = "auto"  # auto | cpu | cuda
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    quantization: str = "none"  # none | int8
+    io_binding: bool | None = None  # None: only when the session really runs on CUDA
+
+
+def requested_providers(device: str) -> list[str]:
+    """CUDA first when asked for (or auto) and this onnxruntime build has it; CPU always as the fallback."""
+    if device == "cpu":
+        return [CPU]
+    if CUDA in ort.get_available_providers():
+        return [CUDA, CPU]
+    if device == "cuda":
+        log.warning("SERVE_DEVICE=cuda but this onnxruntime build has no %s; running on CPU", CUDA)
+    return [CPU]
+
+
+class GraphSession:
+    """One ORT session for one graph of an artifact, with `run()` that hides plain-run vs IOBinding."""
+
+    def __init__(self, model: str, spec: GraphSpec, options: RuntimeOptions) -> None:
+        self.name = f"{model}/{spec.role}"
+        self.spec = spec
+        path, self.quantization = self._pick_file(spec, options.quantization)
+        requested = requested_providers(options.device)
+        self.session = ort.InferenceSession(str(path), sess_options=self._session_options(options), providers=requested)
+        # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
+        # get_providers() is the truth.
+        self.provider = self.session.get_providers()[0]
+        if requested[0] == CUDA and self.provider != CUDA:
+            log.warning("%s: CUDA was requested but the session runs on %s", self.name, self.provider)
+        self.device = "cuda" if self.provider == CUDA else "cpu"
+        self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
+        if self.quantization == "int8" and self.device == "cuda":
+            log.warning("%s: int8 graphs use CPU-only integer kernels; expect slow CUDA runs", self.name)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        missing = [n for n in spec.input_names if n not in self.input_names]
+        if missing:
+            raise ValueError(f"{self.name}: graph {path} lacks inputs {missing} promised by config.json")
+        log.info(
+            "%s: loaded %s on %s (quantization=%s, io_binding=%s)",
+            self.name, path.name, self.provider, self.quantization, self.io_binding,
+        )
+
+    def _pick_file(self, spec: GraphSpec, quantization: str) -> tuple[Path, str]:
+        if quantization == "int8":
+            if spec.int8_file is not None:
+                return spec.int8_file, "int8"
+            log.info("%s: SERVE_QUANTIZATION=int8 but the artifact has no int8_file; using %s", self.name, spec.file.name)
+        return spec.file, "none"
+
+    @staticmethod
+    def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = options.intra_op_threads
+        so.inter_op_num_threads = options.inter_op_threads
+        so.log_severity_level = 3
+        return so
+
+    def has_output(self, name: str) -> bool:
+        return name in self.output_names
+
+    def run(self, feeds: Mapping[str, Tensor], outputs: Sequence[str], keep: Collection[str] = ()) -> dict[str, Tensor]:
+        """Run the graph. Outputs named in `keep` stay where the session computed them (an OrtValue on
+        the device under IOBinding) so they can be fed back next step; the rest come back as numpy."""
+        if not self.io_binding:
+            host = {name: to_numpy(value) for name, value in feeds.items()}
+            return dict(zip(outputs, self.session.run(list(outputs), host), strict=True))
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in outputs:
+            binding.bind_output(name, self.device if name in keep else "cpu")
+        self.session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        return {name: (v if name in keep else v.numpy()) for name, v in zip(outputs, values, strict=True)}

@@ -1,0 +1,79 @@
+"""Server settings: one `Settings` object read from `SERVE_*` environment variables, validated at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MODEL_NAMES = ("translator", "generator", "classifier")
+DEFAULT_ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SERVE_", extra="forbid", validate_default=True)
+
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=1, le=65535)
+    artifacts_dir: Path = DEFAULT_ARTIFACTS_DIR
+    models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(MODEL_NAMES))
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # 0 lets ONNX Runtime pick (one thread per physical core).
+    intra_op_threads: int = Field(0, ge=0, le=256)
+    inter_op_threads: int = Field(0, ge=0, le=256)
+    quantization: Literal["none", "int8"] = "none"
+    # None: bind outputs on the device only when the session really runs on CUDA.
+    io_binding: bool | None = None
+
+    max_input_tokens: int = Field(512, ge=1, le=65536)
+    max_new_tokens: int = Field(256, ge=1, le=65536)
+    max_batch_size: int = Field(32, ge=1, le=1024)
+    max_wait_ms: float = Field(5.0, ge=0, le=10_000)
+    max_queue_size: int = Field(256, ge=1, le=1_000_000)
+    request_timeout_s: float = Field(60.0, gt=0, le=86_400)
+
+    api_key: SecretStr | None = None
+    max_body_bytes: int = Field(1_048_576, ge=1024, le=1 << 30)
+    warmup: bool = True
+    drain_timeout_s: float = Field(30.0, ge=0, le=3600)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"at least one model is required (choose from {', '.join(MODEL_NAMES)})")
+        unknown = [name for name in value if name not in MODEL_NAMES]
+        if unknown:
+            raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(MODEL_NAMES)}")
+        return list(dict.fromkeys(value))
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_key")
+    @classmethod
+    def _non_empty_key(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
+
+    @model_validator(mode="after")
+    def _model_folders_exist(self) -> Settings:
+        missing = [name for name in self.models if not (self.artifacts_dir / name / "config.json").is_file()]
+        if missing:
+            folders = ", ".join(str(self.artifacts_dir / name) for name in missing)
+            raise ValueError(
+                f"no artifact for {missing}: expected config.json in {folders}. "
+                "Export the model there, point SERVE_ARTIFACTS_DIR at another folder, or narrow SERVE_MODELS."
+            )
+        return self

@@ -1,0 +1,117 @@
+"""Static checks of the deployment files, no Docker needed: they keep Dockerfile, docker-compose*.yml,
+.env.example and README.md in step with service/settings.py. tests/deploy/run.sh tests the real container."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+# Fixed by the image (Dockerfile ENV); docker-compose.yml does not pass them through.
+IMAGE_FIXED = {"host", "port", "artifacts_dir"}
+
+
+def env_name(field: str) -> str:
+    return f"SERVE_{field.upper()}"
+
+
+def load_yaml(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def env_example() -> dict[str, str]:
+    """`# NAME=value` and `NAME=value` lines of .env.example."""
+    pairs = re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=(.*)$", (ROOT / ".env.example").read_text(), re.MULTILINE)
+    return dict(pairs)
+
+
+def rendered_default(field: str) -> str:
+    default = Settings.model_fields[field].get_default(call_default_factory=True)
+    if default is None:
+        return ""
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, list):
+        return ",".join(default)
+    return str(default)
+
+
+def compose_seconds(value: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value))
+
+
+def test_every_setting_is_documented_in_env_example_and_readme() -> None:
+    example = env_example()
+    readme = (ROOT / "README.md").read_text()
+    for field in Settings.model_fields:
+        name = env_name(field)
+        assert name in example, f"{name} missing from .env.example"
+        assert f"`{name}`" in readme, f"{name} missing from the settings table in README.md"
+
+
+@pytest.mark.parametrize("field", sorted(set(Settings.model_fields) - IMAGE_FIXED))
+def test_env_example_shows_the_real_default(field: str) -> None:
+    assert env_example()[env_name(field)] == rendered_default(field)
+
+
+def test_compose_passes_every_setting_through() -> None:
+    anchor = load_yaml("docker-compose.yml")["x-server"]
+    passed = set(anchor["environment"])
+    expected = {env_name(f) for f in Settings.model_fields} - {env_name(f) for f in IMAGE_FIXED}
+    assert passed == expected
+
+
+def test_compose_server_is_hardened_and_drains() -> None:
+    compose = load_yaml("docker-compose.yml")
+    api = compose["services"]["api"]
+    assert api["restart"] == "unless-stopped"
+    assert api["read_only"] is True and any(t.startswith("/tmp") for t in api["tmpfs"])
+    assert "/ready" in api["healthcheck"]["test"]
+    limits = api["deploy"]["resources"]["limits"]
+    assert limits["cpus"] and limits["memory"]
+    grace = compose_seconds(re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", api["stop_grace_period"]))
+    drain = Settings.model_fields["drain_timeout_s"].default
+    assert grace >= drain + 5, f"stop_grace_period {grace}s leaves no time to drain {drain}s"
+
+
+def test_scale_profile_puts_replicas_behind_least_connections() -> None:
+    services = load_yaml("docker-compose.yml")["services"]
+    assert services["replica"]["profiles"] == ["scale"] and services["lb"]["profiles"] == ["scale"]
+    assert "ports" not in services["replica"], "replicas must not publish a host port (they would collide)"
+    assert "replicas" in services["replica"]["deploy"]
+    nginx = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert "least_conn;" in nginx and "server api:8000" in nginx and "server replica:8000" in nginx
+    assert "proxy_buffering off;" in nginx, "SSE streams must not be buffered by the proxy"
+
+
+def test_gpu_override_builds_gpu_variant_and_reserves_a_gpu() -> None:
+    gpu = load_yaml("docker-compose.gpu.yml")["services"]
+    for name in ("api", "replica"):
+        assert gpu[name]["build"]["args"]["ORT_VARIANT"] == "gpu"
+        (device,) = gpu[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+
+
+def test_dockerfile_runtime_stage() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in dockerfile
+    runtime = dockerfile.split("AS runtime", 1)[1]
+    user = re.search(r"^USER (\S+)", runtime, re.MULTILINE)
+    assert user and user.group(1).split(":")[0] not in {"root", "0"}
+    assert re.search(r"^HEALTHCHECK .*\n?.*/health", runtime, re.MULTILINE)
+    assert "COPY artifacts" in runtime and "EXPOSE 8000" in runtime
+    assert re.search(r'^CMD \["python", "-m", "service"\]', runtime, re.MULTILINE)
+
+
+def test_dockerignore_keeps_data_and_checkpoints_out() -> None:
+    rules = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert rules[0] == "*", "allow-list: exclude everything, then name what the image needs"
+    allowed = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
+    assert allowed.isdisjoint({"data", "runs", ".venv", ".git", "model", "tests"})
+    assert {"**/__pycache__", "**/*.pt"} <= set(rules)

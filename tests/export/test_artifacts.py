@@ -1,0 +1,65 @@
+"""The committed artifacts, checked with ONNX Runtime alone (no torch import here, as in the server).
+
+A broken, stale or half-committed artifact folder fails this test: every graph must
+load, match the I/O its config.json declares, and reproduce golden.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from tokenizers import Tokenizer
+
+from model.golden import GOLDEN_FILE, run_graph
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+MODELS = ["translator", "generator", "classifier"]
+
+
+@pytest.fixture(params=MODELS)
+def folder(request: pytest.FixtureRequest) -> Path:
+    return ARTIFACTS / request.param
+
+
+def test_folder_is_complete(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    assert config["format_version"] == 1 and config["name"] == folder.name
+    for graph in config["graphs"].values():
+        assert (folder / graph["file"]).is_file()
+        if graph["int8_file"]:
+            assert (folder / graph["int8_file"]).is_file()
+    card = json.loads((folder / "card.json").read_text())
+    assert card["metrics"], "the model card records the evaluation"
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert tokenizer.get_vocab_size() == config["vocab_size"]
+    for token_id in config["special_tokens"].values():
+        assert tokenizer.id_to_token(token_id) is not None
+
+
+def test_graph_io_matches_config(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    for graph in config["graphs"].values():
+        for key in ("file", "int8_file"):
+            if not graph[key]:
+                continue
+            session = ort.InferenceSession(str(folder / graph[key]), providers=["CPUExecutionProvider"])
+            assert [i.name for i in session.get_inputs()] == [i["name"] for i in graph["inputs"]]
+            assert [o.name for o in session.get_outputs()] == [o["name"] for o in graph["outputs"]]
+
+
+def test_golden_outputs_reproduce(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    golden = json.loads((folder / GOLDEN_FILE).read_text())
+    for role in config["graphs"]:
+        names, outputs = run_graph(folder, role)
+        for name, out in zip(names, outputs):
+            if name not in golden[role]:
+                continue
+            expected = golden[role][name]
+            assert list(out.shape) == expected["shape"], name
+            np.testing.assert_allclose(out.reshape(-1)[:8], expected["head"], atol=1e-4, rtol=1e-4, err_msg=name)
+            assert abs(float(np.abs(out).sum()) - expected["abs_sum"]) <= 1e-4 * max(1.0, expected["abs_sum"]), name

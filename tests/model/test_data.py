@@ -1,0 +1,142 @@
+"""Data recipes on small synthetic inputs (no network, no data/ folder)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from model.data import read_jsonl
+from model.data.classification import (
+    build_classification,
+    label_for,
+    labelled_examples,
+    snippet_documents,
+    split_examples,
+    split_sentences,
+)
+from model.data.generation import DOC_SEPARATOR, clean_speech, read_documents, speech_split, write_documents
+from model.data.translation import (
+    TEST_BOOKS,
+    VALID_BOOKS,
+    clean_gettext_pair,
+    clean_verse,
+    gettext_pairs,
+    read_bible_pairs,
+    split_bible,
+)
+
+
+def make_bible(path: Path) -> None:
+    """A Bible DB with two verses per book for a few books, one empty Basic English verse."""
+    books = ["Genesis", "Ruth", "Joel", "Jonah", "Titus", "Obadiah", "Ecclesiastes", "Habakkuk",
+             "Philippians", "1John", "Jude", "Mark"]
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE bible (bbName, bNumber, cNumber, vNumber, vText)")
+        db.execute("CREATE TABLE bibleRef (bbName, bNumber, bName, bsName)")
+        for number, book in enumerate(books, start=1):
+            db.execute("INSERT INTO bibleRef VALUES ('4', ?, ?, ?)", (number, book, book[:3]))
+            for verse in (1, 2):
+                texts = {"4": f"{book} [is] v`{verse}", "3": "[]" if verse == 2 else "b",
+                         "l": f"(1:{verse}) Livre {verse}"}
+                for version, text in texts.items():
+                    db.execute("INSERT INTO bible VALUES (?, ?, 1, ?, ?)", (version, number, verse, text))
+
+
+def test_clean_verse_strips_markup() -> None:
+    assert clean_verse("Jerubbaal, [who is] Gideon, Naomi`s  husband") == \
+        "Jerubbaal, who is Gideon, Naomi's husband"
+    assert clean_verse("[]") == ""
+    assert clean_verse("(9:1) Au chef des chantres. (9:2) Je louerai") == "Au chef des chantres. Je louerai"
+    assert clean_verse("And he said, *** I took you") == "And he said, I took you"
+    assert clean_verse("Cafe\u0301\u00a0noir") == "Café noir"
+
+
+def test_bible_split_by_book(tmp_path: Path) -> None:
+    make_bible(tmp_path / "bible.db")
+    pairs = read_bible_pairs(tmp_path / "bible.db", "web") + read_bible_pairs(tmp_path / "bible.db", "bbe")
+    assert pairs[0] == {"src": "Genesis is v'1", "tgt": "Livre 1", "book": "Genesis", "source": "web"}
+    assert sum(p["source"] == "bbe" for p in pairs) == 12  # the "[]" verses are dropped
+    splits = split_bible(pairs)
+    books = {name: {p["book"] for p in rows} for name, rows in splits.items()}
+    assert books["test"] == books["test_bbe"] == set(TEST_BOOKS)
+    assert books["valid"] == set(VALID_BOOKS)
+    assert books["train"] == {"Genesis", "Mark"}
+    assert not (books["train"] & books["valid"]) and not (books["train"] & books["test"])
+    assert not (books["valid"] & books["test"])
+    assert {p["source"] for name in ("valid", "test") for p in splits[name]} == {"web"}
+    assert {p["source"] for p in splits["test_bbe"]} == {"bbe"}
+    assert {p["source"] for p in splits["train"]} == {"web", "bbe"}
+
+
+def test_missing_book_fails(tmp_path: Path) -> None:
+    make_bible(tmp_path / "bible.db")
+    with sqlite3.connect(tmp_path / "bible.db") as db:
+        db.execute("DELETE FROM bibleRef WHERE bName = 'Ruth'")
+    with pytest.raises(ValueError, match="Ruth"):
+        read_bible_pairs(tmp_path / "bible.db", "web")
+
+
+@pytest.mark.parametrize(("msgid", "kept"), [
+    ("Could not open the file for reading", True),
+    ("Could not open %s for reading today", False),
+    ("_Open the selected file now", False),
+    ("Save &As another file please", False),
+    ("Too short", False),
+    ("--verbose print more output lines here", False),
+])
+def test_gettext_filter(msgid: str, kept: bool) -> None:
+    assert (clean_gettext_pair(msgid, "Traduction française ici") is not None) == kept
+
+
+def test_gettext_dedup() -> None:
+    entries = [("a", "Could not open the file.", "Impossible d'ouvrir."),
+               ("b", "could not open the file", "Impossible d'ouvrir le fichier")]
+    assert len(gettext_pairs(entries)) == 1
+
+
+def test_generation_cleaning_and_split(tmp_path: Path) -> None:
+    assert clean_speech("Thank you. (Applause.)  Next [Laughter] part.\n\n\nSecond  para.") == \
+        "Thank you. Next part.\nSecond para."
+    assert [speech_split(i) for i in (0, 10, 20, 30, 5)] == ["test", "valid", "test", "valid", "train"]
+    docs = ["One doc.\nTwo paragraphs.", "Another doc."]
+    write_documents(tmp_path / "x.txt", docs)
+    assert (tmp_path / "x.txt").read_text().splitlines()[2] == DOC_SEPARATOR
+    assert read_documents(tmp_path / "x.txt") == docs
+
+
+def test_label_mapping_and_split() -> None:
+    assert [label_for(s) for s in (2.5, -0.1, 0.0)] == [1, 0, None]
+    rows = [(str(i), (-1) ** i * (i % 4), f"text {i}") for i in range(100)] + [("x", 1.0, "text 1")]
+    examples = labelled_examples(rows)
+    assert len(examples) == 75  # 25 zeros dropped, the duplicate text kept once
+    assert {e["label"] for e in examples if e["text"] == "text 1"} == {0}
+    splits = split_examples(examples, seed=0)
+    assert [len(splits[n]) for n in ("train", "valid", "test")] == [60, 8, 7]
+    assert splits == split_examples(examples, seed=0)
+    texts = [{e["text"] for e in splits[n]} for n in ("train", "valid", "test")]
+    assert not (texts[0] & texts[1]) and not (texts[0] & texts[2]) and not (texts[1] & texts[2])
+
+
+def test_sentences_and_snippet_documents() -> None:
+    assert split_sentences('Mr. Smith met J. R. R. Tolkien. He said "Hi!" Then 3 left.') == \
+        ["Mr. Smith met J. R. R. Tolkien.", 'He said "Hi!"', "Then 3 left."]
+    rows = [("2_1", 0.0, "B one."), ("1_2", 0.0, "A two."), ("1_1", 0.0, "A one."), ("7", 1.0, "Tweet.")]
+    assert snippet_documents(rows) == [["B one."], ["A one.", "A two."], ["Tweet."]]
+
+
+def test_build_classification_keeps_held_out_out_of_pretraining(tmp_path: Path) -> None:
+    header = "id\tsentiment\ttext\n"
+    movie = "".join(f"{i}\t{(-1) ** i * 1.5}\tMovie sentence number {i}.\n" for i in range(40))
+    (tmp_path / "movieReviewSnippets_GroundTruth.txt").write_text(header + movie)
+    for name in ("amazonReviewSnippets", "nytEditorialSnippets", "tweets"):
+        (tmp_path / f"{name}_GroundTruth.txt").write_text(header + "1_1\t0.5\tFirst. Second one.\n")
+    counts = build_classification(tmp_path, tmp_path / "out", [["Extra document."]])
+    assert counts["train.jsonl"]["sentences"] == 32
+    held_out = {e["text"] for n in ("valid", "test") for e in read_jsonl(tmp_path / "out" / f"{n}.jsonl")}
+    documents = (tmp_path / "out" / "pretrain.txt").read_text().split("\n\n")
+    lines = {line for doc in documents for line in doc.splitlines()}
+    assert len(held_out) == 8 and not (held_out & lines)
+    assert documents[0] == "First.\nSecond one." and "Extra document." in lines
+    assert counts["pretrain.txt"]["documents"] == 3 + 32 + 1

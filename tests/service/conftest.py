@@ -1,0 +1,178 @@
+"""Fixtures for the service tests: tiny exported artifacts (cached by model/ source hash), apps, clients.
+
+Set SERVE_TEST_ARTIFACTS=/some/dir to test against prebuilt artifacts instead of exporting tiny ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from service.app import create_app
+from service.engine.engine import Engine
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_ARTIFACTS = REPO / "artifacts"
+MODELS = ("translator", "generator", "classifier")
+
+
+def _model_source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "model").rglob("*.py")):
+        digest.update(path.relative_to(REPO).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / name / "config.json").is_file() for name in MODELS)
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny randomly initialized artifacts from model.export (exported once per model/ source version)."""
+    if override := os.environ.get("SERVE_TEST_ARTIFACTS"):
+        return Path(override)
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
+    folder = root / _model_source_hash()
+    if not _complete(folder):
+        from model.export import export_tiny_artifacts
+
+        staging = tmp_path_factory.mktemp("tiny-export")
+        with warnings.catch_warnings():  # the exporter's warnings are not about the service
+            warnings.simplefilter("ignore")
+            export_tiny_artifacts(staging)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder
+
+
+@pytest.fixture
+def make_settings(tiny_artifacts: Path) -> Callable[..., Settings]:
+    """Settings for tests: tiny artifacts, one ORT thread, short limits, no warm-up unless asked."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "artifacts_dir": tiny_artifacts,
+            "intra_op_threads": 1,
+            "inter_op_threads": 1,
+            "max_new_tokens": 32,
+            "max_wait_ms": 2.0,
+            "warmup": False,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@dataclass
+class Served:
+    app: FastAPI
+    client: httpx.AsyncClient
+
+    @property
+    def engine(self) -> Engine:
+        return self.app.state.engine  # type: ignore[no-any-return]
+
+
+@asynccontextmanager
+async def serve(settings: Settings, wait_ready: bool = True) -> AsyncIterator[Served]:
+    """Run the app's lifespan and give an httpx client on the ASGI app (no sockets)."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        if wait_ready:
+            for _ in range(600):
+                if app.state.engine.ready or app.state.engine.failure:
+                    break
+                await asyncio.sleep(0.05)
+            assert app.state.engine.ready, app.state.engine.failure
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as client:
+            yield Served(app, client)
+
+
+@pytest.fixture
+def serving(make_settings: Callable[..., Settings]) -> Callable[..., AbstractAsyncContextManager[Served]]:
+    """`async with serving(max_batch_size=1) as s:` runs an app with those setting overrides."""
+
+    def start(wait_ready: bool = True, **overrides: Any) -> AbstractAsyncContextManager[Served]:
+        return serve(make_settings(**overrides), wait_ready)
+
+    return start
+
+
+@pytest.fixture
+async def served(serving: Callable[..., AbstractAsyncContextManager[Served]]) -> AsyncIterator[Served]:
+    async with serving() as s:
+        yield s
+
+
+@pytest.fixture
+def slow_down(monkeypatch: pytest.MonkeyPatch) -> Callable[..., threading.Event]:
+    """`slow_down(session, seconds)` makes every ORT call of that session take longer; the returned
+    event, once cleared, holds calls until it is set again (a stuck model)."""
+
+    def patch(session: Any, seconds: float = 0.0) -> threading.Event:
+        gate = threading.Event()
+        gate.set()
+        original = session.run
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            gate.wait(30)
+            time.sleep(seconds)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(session, "run", run)
+        return gate
+
+    return patch
+
+
+async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event) -> list[dict[str, Any]]:
+    """Call the app as a server would, with a client that hangs up when `hang_up` is set."""
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+        "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+@pytest.fixture
+def call_and_hang_up() -> Callable[..., Any]:
+    return asgi_call

@@ -1,0 +1,78 @@
+"""The OpenAI completions API: request fields, response shape, streaming chunks ending in [DONE]."""
+
+import json
+from typing import Any
+
+BASE = {"model": "generator", "prompt": "Hello", "max_tokens": 5, "seed": 1}
+
+
+def chunks(body: bytes) -> list[Any]:
+    lines = [line for line in body.decode("utf-8").split("\n") if line.startswith("data: ")]
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines]
+
+
+async def test_response_shape(served) -> None:  # type: ignore[no-untyped-def]
+    r = await served.client.post("/v1/completions", json=BASE)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert isinstance(body["created"], int) and body["model"] == "generator"
+    (choice,) = body["choices"]
+    assert set(choice) == {"text", "index", "logprobs", "finish_reason"}
+    assert choice["index"] == 0 and choice["finish_reason"] in ("stop", "length") and choice["logprobs"] is None
+    usage = body["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_prompts_times_n_and_echo(served) -> None:  # type: ignore[no-untyped-def]
+    req = {**BASE, "prompt": ["Hello", "Bye"], "n": 2, "echo": True, "ignore_eos": True}
+    body = (await served.client.post("/v1/completions", json=req)).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert body["choices"][0]["text"].startswith("Hello") and body["choices"][2]["text"].startswith("Bye")
+    assert body["usage"]["completion_tokens"] == 4 * 5
+    # Token-id prompts work too.
+    ids = served.engine.generator.tokenizer.encode("Hello").ids
+    same = (await served.client.post("/v1/completions", json={**BASE, "prompt": ids})).json()
+    text = (await served.client.post("/v1/completions", json=BASE)).json()["choices"][0]["text"]
+    assert same["choices"][0]["text"] == text
+
+
+async def test_logprobs_shape(served) -> None:  # type: ignore[no-untyped-def]
+    req = {**BASE, "logprobs": 2, "ignore_eos": True}
+    lp = (await served.client.post("/v1/completions", json=req)).json()["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == len(lp["top_logprobs"]) == 5
+    assert all(len(top) <= 2 for top in lp["top_logprobs"])
+
+
+async def test_stream_chunks_end_with_done(served) -> None:  # type: ignore[no-untyped-def]
+    req = {**BASE, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    r = await served.client.post("/v1/completions", json=req)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    parsed = chunks(r.content)
+    assert parsed[-1] == "[DONE]"
+    usage_chunk, finish_chunk, token_chunks = parsed[-2], parsed[-3], parsed[:-3]
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 5
+    assert finish_chunk["choices"][0]["finish_reason"] == "length"
+    for chunk in token_chunks:
+        assert chunk["object"] == "text_completion" and chunk["choices"][0]["finish_reason"] is None
+    streamed = "".join(c["choices"][0]["text"] for c in token_chunks)
+    whole = (await served.client.post("/v1/completions", json={**BASE, "ignore_eos": True})).json()
+    assert streamed == whole["choices"][0]["text"]
+
+
+async def test_stream_with_several_choices(served) -> None:  # type: ignore[no-untyped-def]
+    r = await served.client.post("/v1/completions", json={**BASE, "n": 3, "stream": True})
+    parsed = chunks(r.content)
+    finished = [c["choices"][0]["index"] for c in parsed[:-1] if c["choices"][0]["finish_reason"]]
+    assert sorted(finished) == [0, 1, 2] and parsed[-1] == "[DONE]"
+
+
+async def test_openai_errors(served) -> None:  # type: ignore[no-untyped-def]
+    r = await served.client.post("/v1/completions", json={**BASE, "model": "gpt-4"})
+    assert r.status_code == 404 and r.json()["error"]["field"] == "model"
+    for bad, field in [({"best_of": 3}, None), ({"logit_bias": {"x": 1}}, "logit_bias"), ({"n": 0}, "n"),
+                       ({"suffix": "x"}, "suffix"), ({"temperature": 3}, "temperature"), ({"stop": ["a"] * 5}, "stop")]:
+        r = await served.client.post("/v1/completions", json={**BASE, **bad})
+        assert r.status_code == 422, bad
+        if field:
+            assert r.json()["error"]["field"] == field

@@ -1,0 +1,103 @@
+"""Continuous batching and KV-cache decoding on the tiny generator: outputs never depend on the batch."""
+
+import asyncio
+
+import numpy as np
+
+from service.engine.generation import GenerationParams, GenerationResult, GenerationService
+from service.engine.sampling import SamplingParams
+
+PROMPTS = ["Hello", "The movie was wonderful, a delight from start", "Au commencement", "x", "Café 東京 🙂"]
+PARAMS = [
+    GenerationParams(max_new_tokens=12, sampling=SamplingParams(temperature=0.0), ignore_eos=True),
+    GenerationParams(max_new_tokens=12, sampling=SamplingParams(temperature=0.9, top_k=20, top_p=0.95, seed=5)),
+    GenerationParams(max_new_tokens=12, sampling=SamplingParams(temperature=1.0, repetition_penalty=1.3, seed=11)),
+]
+
+
+async def run(gen: GenerationService, prompt: str, params: GenerationParams) -> GenerationResult:
+    seq = gen.sequence(gen.tokenize(prompt, "prompt"), params)
+    gen.submit([seq])
+    return await gen.result(seq, None)
+
+
+def ids(result: GenerationResult) -> list[int]:
+    return [t.id for t in result.tokens]
+
+
+def decode_steps_with_more_than_one_row(served) -> float:  # type: ignore[no-untyped-def]
+    registry = served.engine.metrics.registry
+    labels = {"model": "generator", "phase": "decode"}
+    total = registry.get_sample_value("serve_batch_size_count", labels) or 0.0
+    alone = registry.get_sample_value("serve_batch_size_bucket", {**labels, "le": "1.0"}) or 0.0
+    return total - alone
+
+
+async def test_batched_equals_alone(serving) -> None:  # type: ignore[no-untyped-def]
+    jobs = [(p, params) for params in PARAMS for p in PROMPTS]
+    async with serving(max_batch_size=1) as s:
+        alone = [ids(await run(s.engine.generator, p, params)) for p, params in jobs]
+    async with serving(max_batch_size=16) as s:
+        batched = await asyncio.gather(*(run(s.engine.generator, p, params) for p, params in jobs))
+        assert decode_steps_with_more_than_one_row(s) > 0
+    assert [ids(r) for r in batched] == alone
+
+
+async def test_a_request_joining_a_running_batch_gets_its_own_result(serving) -> None:  # type: ignore[no-untyped-def]
+    long = GenerationParams(max_new_tokens=30, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+    short = PARAMS[1]
+    async with serving(max_batch_size=1) as s:
+        expected_long = ids(await run(s.engine.generator, PROMPTS[1], long))
+        expected_short = ids(await run(s.engine.generator, PROMPTS[4], short))
+    async with serving(max_batch_size=8) as s:
+        gen = s.engine.generator
+        seq = gen.sequence(gen.tokenize(PROMPTS[1], "prompt"), long)
+        gen.submit([seq])
+        events = gen.events(seq, None)
+        for _ in range(8):  # the long one is mid-way when the short one joins
+            await anext(events)
+        joined = await run(gen, PROMPTS[4], short)
+        rest = [e async for e in events]
+        assert ids(rest[-1]) == expected_long
+        assert ids(joined) == expected_short
+        assert decode_steps_with_more_than_one_row(s) > 0
+
+
+async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:  # type: ignore[no-untyped-def]
+    gen = served.engine.generator
+    params = GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+    prompt = gen.tokenize(PROMPTS[1], "prompt")
+    cached = ids(await run(gen, PROMPTS[1], params))
+    session, layers = gen.model.session, gen.model.n_layers
+    a = gen.artifact
+    tokens = list(prompt)
+    for _ in range(10):  # no cache: feed the whole sequence every step
+        T = len(tokens)
+        feeds = {
+            "input_ids": np.array([tokens], dtype=np.int64),
+            "attention_mask": np.ones((1, T), dtype=np.int64),
+            "position_ids": np.arange(T, dtype=np.int64)[None],
+        }
+        for i in range(layers):
+            for part in ("key", "value"):
+                feeds[f"past_key_values.{i}.{part}"] = np.zeros((1, a.n_heads, 0, a.d_head), dtype=np.float32)
+        logits = session.run(feeds, ["logits"])["logits"]
+        tokens.append(int(np.argmax(logits[0, -1])))
+    assert cached == tokens[len(prompt) :]
+
+
+async def test_finish_reasons(served) -> None:  # type: ignore[no-untyped-def]
+    gen = served.engine.generator
+    greedy = SamplingParams(temperature=0.0)
+    result = await run(gen, "Hello", GenerationParams(max_new_tokens=5, sampling=greedy, ignore_eos=True))
+    assert result.finish_reason == "length" and result.completion_tokens == 5
+    # Force eos with a logit bias: the first token ends the sequence.
+    eos = gen.artifact.special_tokens["eos"]
+    biased = SamplingParams(temperature=0.0, logit_bias={eos: 100.0})
+    result = await run(gen, "Hello", GenerationParams(max_new_tokens=5, sampling=biased))
+    assert result.finish_reason == "eos" and result.completion_tokens == 1 and result.text == ""
+    # Stop on text the model is known to produce.
+    text = (await run(gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, ignore_eos=True))).text
+    stop = text.strip()[2:5] or text[:1]
+    result = await run(gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, stop=(stop,), ignore_eos=True))
+    assert result.finish_reason == "stop" and stop not in result.text and text.startswith(result.text)

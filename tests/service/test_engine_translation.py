@@ -1,0 +1,63 @@
+"""Batched greedy and beam search on the tiny translator: same results alone or batched."""
+
+import asyncio
+
+from service.engine.translation import TranslationParams, TranslationResult, TranslationService, banned_ngram_tokens
+
+TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
+
+
+async def translate(tr: TranslationService, texts: list[str], params: TranslationParams) -> list[TranslationResult]:
+    return await tr.translate(texts, ["text"] * len(texts), params)
+
+
+def summary(results: list[TranslationResult]) -> list[list[tuple[tuple[int, ...], float]]]:
+    return [[(tuple(h.token_ids), round(h.score, 4)) for h in r.hypotheses] for r in results]
+
+
+async def test_batched_equals_alone_for_greedy_and_beams(serving) -> None:  # type: ignore[no-untyped-def]
+    settings = [TranslationParams(num_beams=1, max_new_tokens=10), TranslationParams(num_beams=4, n_best=3, max_new_tokens=10)]
+    async with serving(max_batch_size=4) as s:  # room for one request of 4 beams at a time
+        alone = [summary(await translate(s.engine.translator, [t], p)) for p in settings for t in TEXTS]
+    async with serving(max_batch_size=32) as s:
+        together = [summary(await translate(s.engine.translator, TEXTS, p)) for p in settings]
+        concurrent = await asyncio.gather(*(translate(s.engine.translator, [t], p) for p in settings for t in TEXTS))
+    assert [r for rs in together for r in rs] == [r[0] for r in alone]
+    assert [summary(r) for r in concurrent] == alone
+
+
+async def test_beam_search_returns_sorted_distinct_hypotheses(served) -> None:  # type: ignore[no-untyped-def]
+    (result,) = await translate(served.engine.translator, [TEXTS[0]], TranslationParams(num_beams=5, n_best=5, max_new_tokens=8))
+    scores = [h.score for h in result.hypotheses]
+    assert len(result.hypotheses) == 5 and scores == sorted(scores, reverse=True)
+    assert len({tuple(h.token_ids) for h in result.hypotheses}) == 5
+
+
+async def test_encoder_runs_once_per_source(served) -> None:  # type: ignore[no-untyped-def]
+    tr = served.engine.translator
+    calls = {"encoder": 0, "decoder": 0}
+    for role, session in (("encoder", tr.model.encoder), ("decoder", tr.model.decoder)):
+        original = session.run
+
+        def counting(*args, _role=role, _run=original, **kwargs):  # type: ignore[no-untyped-def]
+            calls[_role] += 1
+            return _run(*args, **kwargs)
+
+        session.run = counting  # type: ignore[method-assign]
+    await translate(tr, TEXTS[:2], TranslationParams(num_beams=3, max_new_tokens=9))
+    assert calls["encoder"] == 1  # both sources, once
+    assert 1 < calls["decoder"] <= 9  # one call per step: KV cache, no prefix recompute
+
+
+def test_no_repeat_ngram_bans() -> None:
+    assert banned_ngram_tokens([1, 2, 3, 1, 2], 3) == [3]
+    assert banned_ngram_tokens([1, 2, 3], 0) == []
+    assert banned_ngram_tokens([5, 5], 1) == [5, 5]
+
+
+async def test_no_repeat_ngram_size_holds(served) -> None:  # type: ignore[no-untyped-def]
+    params = TranslationParams(num_beams=2, max_new_tokens=20, no_repeat_ngram_size=2)
+    (result,) = await translate(served.engine.translator, [TEXTS[0]], params)
+    tokens = result.hypotheses[0].token_ids
+    bigrams = list(zip(tokens, tokens[1:]))
+    assert len(bigrams) == len(set(bigrams))

@@ -1,0 +1,50 @@
+"""Import rules inside service/: api -> engine -> runtime; no torch, no model/ anywhere."""
+
+import ast
+from pathlib import Path
+
+SERVICE = Path(__file__).resolve().parents[2] / "service"
+
+
+def imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def modules(layer: str) -> list[Path]:
+    return sorted((SERVICE / layer).rglob("*.py"))
+
+
+def roots(names: set[str]) -> set[str]:
+    return {n.split(".")[0] for n in names}
+
+
+def test_no_torch_and_no_model_package() -> None:
+    for path in SERVICE.rglob("*.py"):
+        assert not roots(imports(path)) & {"torch", "model", "onnx", "transformers"}, path
+
+
+def test_engine_never_imports_the_web_layer() -> None:
+    for path in modules("engine"):
+        found = imports(path)
+        assert not roots(found) & {"fastapi", "starlette", "uvicorn", "httpx"}, path
+        assert not any(n.startswith(("service.api", "service.app")) for n in found), path
+
+
+def test_runtime_is_the_bottom_layer() -> None:
+    for path in modules("runtime"):
+        found = imports(path)
+        assert not any(n.startswith(("service.api", "service.engine", "service.app")) for n in found), path
+        assert not roots(found) & {"fastapi", "starlette"}, path
+
+
+def test_routes_never_touch_onnx_runtime() -> None:
+    for path in modules("api"):
+        found = imports(path)
+        assert "onnxruntime" not in roots(found), path
+        assert not any(n.startswith("service.runtime") for n in found), path

@@ -1,0 +1,60 @@
+"""`python -m service` for real: serves on SERVE_HOST:SERVE_PORT, and drains on SIGTERM."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
+    env |= {
+        "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port), "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
+        "SERVE_MODELS": "generator,classifier", "SERVE_INTRA_OP_THREADS": "1", "SERVE_MAX_BATCH_SIZE": "1",
+        "SERVE_MAX_NEW_TOKENS": "120", "SERVE_DRAIN_TIMEOUT_S": "30", "SERVE_LOG_LEVEL": "warning",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for _ in range(300):
+                try:
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+            assert (await client.get("/health")).status_code == 200
+            # One sequence at a time: these keep the server busy for a while.
+            req = {"prompt": "Hi", "max_new_tokens": 120, "ignore_eos": True}
+            busy = [asyncio.ensure_future(client.post("/v1/generate", json=req)) for _ in range(6)]
+            while "serve_inflight_requests 6.0" not in (await client.get("/metrics")).text:
+                await asyncio.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            assert proc.poll() is None  # still serving the in-flight requests
+            ready = await client.get("/ready")
+            assert ready.status_code == 503 and ready.json()["status"] == "draining"
+            refused = await client.post("/v1/classify", json={"text": "hi"})
+            assert refused.status_code == 503
+            done = await asyncio.gather(*busy)
+            assert [r.status_code for r in done] == [200] * 6
+            assert all(r.json()["usage"]["completion_tokens"] == 120 for r in done)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

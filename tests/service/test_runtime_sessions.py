@@ -1,0 +1,54 @@
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.runtime.artifact import ArtifactError, load_artifact
+from service.runtime.sessions import CPU, GraphSession, RuntimeOptions
+
+
+def test_cuda_request_falls_back_to_cpu_and_says_so(tiny_artifacts: Path, caplog: pytest.LogCaptureFixture) -> None:
+    artifact = load_artifact(tiny_artifacts / "classifier")
+    with caplog.at_level(logging.WARNING):
+        session = GraphSession("classifier", artifact.graphs["encoder"], RuntimeOptions(device="cuda", intra_op_threads=1))
+    assert session.provider == session.session.get_providers()[0]
+    if session.provider == CPU:  # this machine has no working CUDA
+        assert "CPU" in caplog.text and session.device == "cpu"
+
+
+def test_io_binding_path_matches_plain_run(tiny_artifacts: Path) -> None:
+    """The CUDA path (IOBinding, outputs kept as OrtValues and fed back) exercised on CPU."""
+    artifact = load_artifact(tiny_artifacts / "generator")
+    spec = artifact.graphs["decoder"]
+    plain = GraphSession("generator", spec, RuntimeOptions(device="cpu", intra_op_threads=1))
+    bound = GraphSession("generator", spec, RuntimeOptions(device="cpu", intra_op_threads=1, io_binding=True))
+    L, H, Dh = artifact.n_decoder_layers, artifact.n_heads, artifact.d_head
+    present = [f"present.{i}.{p}" for i in range(L) for p in ("key", "value")]
+    past_names = [f"past_key_values.{i}.{p}" for i in range(L) for p in ("key", "value")]
+    results = []
+    for session in (plain, bound):
+        feeds = {"input_ids": np.array([[5, 6, 7]]), "attention_mask": np.ones((1, 3), np.int64),
+                 "position_ids": np.arange(3)[None]}
+        feeds |= {n: np.zeros((1, H, 0, Dh), np.float32) for n in past_names}
+        out = session.run(feeds, ["logits", *present], keep=present)
+        step = {"input_ids": np.array([[8]]), "attention_mask": np.ones((1, 4), np.int64), "position_ids": np.array([[3]])}
+        step |= dict(zip(past_names, (out[n] for n in present), strict=True))  # fed back as they came
+        results.append(session.run(step, ["logits"])["logits"])
+    np.testing.assert_allclose(results[0], results[1], atol=1e-6)
+
+
+def test_broken_config_names_the_problem(tiny_artifacts: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "generator"
+    shutil.copytree(tiny_artifacts / "generator", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["graphs"]["decoder"]["inputs"] = [i for i in config["graphs"]["decoder"]["inputs"] if i["name"] != "position_ids"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match="position_ids"):
+        load_artifact(folder)
+    config["format_version"] = 99
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match="format_version"):
+        load_artifact(folder)
