@@ -1,5 +1,6 @@
 # make test   create .venv if missing, install the project with its train and dev extras, run pytest
 # make run    install the server's own dependencies and start it on http://localhost:8000
+# make artifacts  fetch the data, train the three models, export them to artifacts/ and measure the graphs
 # make e2e    build the Docker image and test the real container (needs ../shared/tools/docker-sandbox
 #             or a running Docker engine); this is the second half of .ci/run
 PYTHON ?= python3
@@ -7,10 +8,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help test run e2e docker-build up down clean-venv
+.PHONY: help test run artifacts e2e docker-build up down clean-venv
 
 help:
-	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,4p'
+	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,5p'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,19 @@ test: $(VENV)/.installed-dev
 
 run: $(VENV)/.installed-base
 	$(PY) -m service
+
+# Minutes per model on 2 CPU cores (the committed artifacts used these; see README "Models and training").
+TRANSLATOR_MINUTES ?= 85
+GENERATOR_MINUTES ?= 35
+CLASSIFIER_MINUTES ?= 25
+
+artifacts: $(VENV)/.installed-dev
+	$(PY) -m scripts.prepare_data
+	$(PY) -m scripts.train translator --minutes $(TRANSLATOR_MINUTES) --threads 1
+	$(PY) -m scripts.train generator --minutes $(GENERATOR_MINUTES) --threads 1
+	$(PY) -m scripts.train classifier --minutes $(CLASSIFIER_MINUTES) --threads 1
+	$(PY) -m scripts.export translator generator classifier
+	$(PY) -m scripts.bench_export --threads 1
 
 e2e: $(VENV)/.installed-dev
 	bash tests/deploy/run.sh

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -22,7 +24,7 @@ class Generator(nn.Module):
         self.ln_f = nn.LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying
-        nn.init.normal_(self.tok_emb.weight, std=0.02)
+        nn.init.normal_(self.tok_emb.weight, std=c.d_model**-0.5)
 
     def forward(
         self,
@@ -41,7 +43,8 @@ class Generator(nn.Module):
             attention_mask = torch.ones(B, past_len + S, dtype=torch.long, device=input_ids.device)
         if position_ids is None:
             position_ids = torch.arange(S, device=input_ids.device).expand(B, S)
-        x = self.dropout(self.tok_emb(input_ids) + self.pos(position_ids))
+        # Token embeddings scaled by sqrt(d_model), as in the paper, so they match the sinusoids' unit scale.
+        x = self.dropout(self.tok_emb(input_ids) * math.sqrt(self.config.d_model) + self.pos(position_ids))
         bias = causal_padding_bias(attention_mask, S, x.dtype)
         presents, weights = [], []
         for i, block in enumerate(self.blocks):

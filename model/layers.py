@@ -65,6 +65,7 @@ class PositionalEncoding(nn.Module):
         self.learned = learned
         if learned:
             self.table = nn.Embedding(max_positions, d_model)
+            nn.init.normal_(self.table.weight, std=0.02)  # N(0, 1) would drown the token embeddings
         else:
             self.register_buffer("table_buffer", sinusoidal_table(max_positions, d_model), persistent=False)
 

@@ -181,7 +181,7 @@ def train_classifier(args: RecipeArgs) -> None:
         config = ClassifierConfig(vocab_size=tokenizer.get_vocab_size(), d_model=256, n_heads=4, d_ff=1024, n_layers=4,
                                   max_positions=128, dropout=0.1, special_tokens=special)
         pretrain_settings = TrainSettings(minutes=args.minutes, lr=5e-4, warmup_steps=300, eval_every=200)
-        epochs = 4
+        epochs = 2
     pretrain_dir = args.run_dir / "pretrain"
     pretrain_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -199,7 +199,7 @@ def train_classifier(args: RecipeArgs) -> None:
         run = args.run_dir / f"finetune_{variant}"
         steps = epochs * finetune.steps_per_epoch()
         settings = TrainSettings(minutes=60, max_steps=10 if args.tiny else steps, warmup_steps=max(1, steps // 10),
-                                 lr=1e-4 if variant == "pretrained" else 3e-4, eval_every=max(1, steps // (2 * epochs)))
+                                 lr=2e-4, eval_every=max(1, steps // (2 * epochs)))  # same recipe for both
         state = train(model, finetune, run, settings, resume=args.resume)
         load_weights(model, run / "best.safetensors")
         model.eval()

@@ -10,11 +10,11 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from service.api import classify, completions, generate, health, models, translate
-from service.api.metrics import router as metrics_router
 from service.api.auth import require_api_key
 from service.api.errors import install_error_handlers
-from service.api.schemas import ErrorResponse
+from service.api.metrics import router as metrics_router
 from service.api.middleware import BodyLimitMiddleware, InFlight, RequestMetricsMiddleware
+from service.api.schemas import ErrorResponse
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
 from service.settings import Settings

@@ -16,28 +16,28 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SERVE_", extra="forbid", validate_default=True)
 
     host: str = "0.0.0.0"
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(default=8000, ge=1, le=65535)
     artifacts_dir: Path = DEFAULT_ARTIFACTS_DIR
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(MODEL_NAMES))
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # 0 lets ONNX Runtime pick (one thread per physical core).
-    intra_op_threads: int = Field(0, ge=0, le=256)
-    inter_op_threads: int = Field(0, ge=0, le=256)
+    intra_op_threads: int = Field(default=0, ge=0, le=256)
+    inter_op_threads: int = Field(default=0, ge=0, le=256)
     quantization: Literal["none", "int8"] = "none"
     # None: bind outputs on the device only when the session really runs on CUDA.
     io_binding: bool | None = None
 
-    max_input_tokens: int = Field(512, ge=1, le=65536)
-    max_new_tokens: int = Field(256, ge=1, le=65536)
-    max_batch_size: int = Field(32, ge=1, le=1024)
-    max_wait_ms: float = Field(5.0, ge=0, le=10_000)
-    max_queue_size: int = Field(256, ge=1, le=1_000_000)
-    request_timeout_s: float = Field(60.0, gt=0, le=86_400)
+    max_input_tokens: int = Field(default=512, ge=1, le=65536)
+    max_new_tokens: int = Field(default=256, ge=1, le=65536)
+    max_batch_size: int = Field(default=32, ge=1, le=1024)
+    max_wait_ms: float = Field(default=5.0, ge=0, le=10_000)
+    max_queue_size: int = Field(default=256, ge=1, le=1_000_000)
+    request_timeout_s: float = Field(default=60.0, gt=0, le=86_400)
 
     api_key: SecretStr | None = None
-    max_body_bytes: int = Field(1_048_576, ge=1024, le=1 << 30)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
     warmup: bool = True
-    drain_timeout_s: float = Field(30.0, ge=0, le=3600)
+    drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     @field_validator("models", mode="before")

@@ -14,6 +14,12 @@ async def require_api_key(request: Request) -> None:
     if key is None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.get_secret_value().encode()):
-        raise ApiError(401, "unauthorized", "a valid API key is required (Authorization: Bearer <key>)",
-                       headers={"WWW-Authenticate": "Bearer"})
+    if scheme.lower() != "bearer" or not secrets.compare_digest(
+        token.strip().encode(), key.get_secret_value().encode()
+    ):
+        raise ApiError(
+            401,
+            "unauthorized",
+            "a valid API key is required (Authorization: Bearer <key>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -16,7 +16,13 @@ from service.api.errors import ApiError, error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from service.api.sse import SSE_HEADERS, sse
 from service.engine.errors import EngineError
-from service.engine.generation import GenerationParams, GenerationResult, GenerationService, GenerationSequence, TokenEvent
+from service.engine.generation import (
+    GenerationParams,
+    GenerationResult,
+    GenerationSequence,
+    GenerationService,
+    TokenEvent,
+)
 from service.engine.sampling import SamplingParams
 from service.engine.scheduler import collect
 
@@ -59,8 +65,9 @@ def _sequences(generator: GenerationService, body: CompletionRequest) -> tuple[l
                 logit_bias=bias,
                 seed=None if body.seed is None else body.seed + i,  # choices differ, yet reproducible
             )
-            params = GenerationParams(max_new_tokens=max_new, sampling=sampling, stop=stop,
-                                      ignore_eos=body.ignore_eos, logprobs=body.logprobs)
+            params = GenerationParams(
+                max_new_tokens=max_new, sampling=sampling, stop=stop, ignore_eos=body.ignore_eos, logprobs=body.logprobs
+            )
             sequences.append(generator.sequence(ids, params))
             echoes.append(echo)
     return sequences, echoes
@@ -122,16 +129,28 @@ async def _merged(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int,
 class _Chunks:
     """Builds the OpenAI stream chunks of one response."""
 
-    def __init__(self, model: str, body: CompletionRequest, sequences: list[GenerationSequence], echoes: list[str],
-                 generator: GenerationService) -> None:
+    def __init__(
+        self,
+        model: str,
+        body: CompletionRequest,
+        sequences: list[GenerationSequence],
+        echoes: list[str],
+        generator: GenerationService,
+    ) -> None:
         self.id, self.created, self.model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), model
         self.body, self.sequences, self.echoes, self.generator = body, sequences, echoes, generator
         self.offsets = [len(e) for e in echoes]
         self.results: list[GenerationResult] = []
 
     def chunk(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
-        data = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": choices, "usage": usage.model_dump() if usage else None}
+        data = {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage.model_dump() if usage else None,
+        }
         return sse(data)
 
     def start(self) -> list[str]:
@@ -154,10 +173,12 @@ class _Chunks:
         options = self.body.stream_options
         if options is not None and options.include_usage:
             chunks.append(self.chunk([], _usage(self.results, _prompt_tokens(self.sequences, self.body.n))))
-        return chunks + [sse("[DONE]")]
+        return [*chunks, sse("[DONE]")]
 
     @staticmethod
-    def _choice(index: int, text: str, logprobs: dict[str, Any] | None = None, finish_reason: str | None = None) -> dict[str, Any]:
+    def _choice(
+        index: int, text: str, logprobs: dict[str, Any] | None = None, finish_reason: str | None = None
+    ) -> dict[str, Any]:
         return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
@@ -177,11 +198,15 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
         await events.aclose()  # type: ignore[attr-defined]
 
 
-@router.post("/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}})
+@router.post(
+    "/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}}
+)
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
     generator = engine.require_generator()
     if body.model != generator.name:
-        raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use {generator.name!r}", "model")
+        raise ApiError(
+            404, "model_not_found", f"model {body.model!r} is not served here; use {generator.name!r}", "model"
+        )
     sequences, echoes = _sequences(generator, body)
     generator.submit(sequences)
     deadline = generator.deadline()

@@ -35,15 +35,21 @@ ENGINE_STATUS: dict[type[EngineError], int] = {
     InferenceFailed: 500,
 }
 HTTP_TYPES = {
-    401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large",
-    415: "unsupported_media_type", 499: "client_closed_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    499: "client_closed_request",
 }
 # Union members in pydantic error locations ("str", "list[str]", "function-after[...]") are not fields.
 _TYPE_TAG = re.compile(r"[\[\-]|^(str|int|float|bool|list|dict|none|tuple)$")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, type: str, message: str, field: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, type: str, message: str, field: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type
@@ -56,8 +62,14 @@ def error_body(type: str, message: str, field: str | None = None, **extra: Any) 
     return {"error": {"type": type, "message": message, "field": field, **extra}}
 
 
-def error_response(status: int, type: str, message: str, field: str | None = None,
-                   headers: Mapping[str, str] | None = None, **extra: Any) -> JSONResponse:
+def error_response(
+    status: int,
+    type: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
     return JSONResponse(error_body(type, message, field, **extra), status_code=status, headers=dict(headers or {}))
 
 
@@ -111,8 +123,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail),
-                              headers=exc.headers)
+        return error_response(
+            exc.status_code, HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail), headers=exc.headers
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

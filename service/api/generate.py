@@ -13,12 +13,18 @@ from service.api.errors import error_body
 from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
 from service.api.sse import SSE_HEADERS, sse
 from service.engine.errors import EngineError
-from service.engine.generation import GenerationParams, GenerationResult, GenerationService, GenerationSequence, TokenEvent
+from service.engine.generation import (
+    GenerationParams,
+    GenerationResult,
+    GenerationSequence,
+    GenerationService,
+    TokenEvent,
+)
 from service.engine.sampling import SamplingParams
 
 router = APIRouter(tags=["generation"])
 
-STREAM_DOC = {
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "JSON, or with `stream: true` an event stream: `event: token` per token "
         "(`{type, index, id, text, special, logprob?}`), then `event: done` (`{type, text, finish_reason, "
@@ -49,7 +55,11 @@ def _sequence(generator: GenerationService, body: GenerateRequest) -> Generation
 
 
 def token_model(event: TokenEvent) -> GeneratedToken:
-    top = [TopLogprob(id=t.id, text=t.text, logprob=t.logprob) for t in event.top_logprobs] if event.top_logprobs else None
+    top = (
+        [TopLogprob(id=t.id, text=t.text, logprob=t.logprob) for t in event.top_logprobs]
+        if event.top_logprobs
+        else None
+    )
     return GeneratedToken(id=event.id, text=event.text, special=event.special, logprob=event.logprob, top_logprobs=top)
 
 
@@ -60,7 +70,11 @@ def usage(result: GenerationResult) -> Usage:
 
 def _event(event: TokenEvent | GenerationResult) -> str:
     if isinstance(event, TokenEvent):
-        data: dict[str, Any] = {"type": "token", "index": event.index, **token_model(event).model_dump(exclude_none=True)}
+        data: dict[str, Any] = {
+            "type": "token",
+            "index": event.index,
+            **token_model(event).model_dump(exclude_none=True),
+        }
         return sse(data, "token")
     done = {
         "type": "done",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,6 +22,9 @@ class InFlight:
 
 
 class RequestMetricsMiddleware:
+    """Counts and times every request; refuses inference requests that arrive while draining (a request
+    that arrived before the drain began is in flight and runs to the end)."""
+
     def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight) -> None:
         self.app = app
         self.metrics = metrics
@@ -46,7 +50,14 @@ class RequestMetricsMiddleware:
             self.inflight.count += 1
             self.metrics.inflight.inc()
         try:
-            await self.app(scope, receive, send_with_status)
+            engine = getattr(scope["app"].state, "engine", None)
+            if inference and engine is not None and engine.draining:
+                refusal = error_response(
+                    503, "unavailable", "the server is draining for shutdown", headers={"Retry-After": "5"}
+                )
+                await refusal(scope, receive, send_with_status)
+            else:
+                await self.app(scope, receive, send_with_status)
         finally:
             if inference:
                 self.inflight.count -= 1
@@ -88,10 +99,8 @@ class BodyLimitMiddleware:
             if not too_large:  # FastAPI answers a failed body read itself (400): replace that with 413
                 await send(msg)
 
-        try:
+        with contextlib.suppress(_BodyTooLarge):
             await self.app(scope, limited, unless_too_large)
-        except _BodyTooLarge:
-            pass
         if too_large:
             await error_response(413, "payload_too_large", message, "body")(scope, receive, send)
 

@@ -28,7 +28,9 @@ def _params(body: TranslateRequest) -> TranslationParams:
 
 
 def _translation(result: TranslationResult, n_best: int) -> Translation:
-    hypotheses = [TranslationHypothesis(text=h.text, score=h.score, output_tokens=len(h.token_ids)) for h in result.hypotheses]
+    hypotheses = [
+        TranslationHypothesis(text=h.text, score=h.score, output_tokens=len(h.token_ids)) for h in result.hypotheses
+    ]
     best = hypotheses[0]
     return Translation(
         text=best.text,

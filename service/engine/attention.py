@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from service.engine.errors import InvalidInput
+
 DECIMALS = 4
+# Maps grow as layers x heads x tokens^2 (and JSON makes them ~10x bigger): refuse longer sequences.
+MAX_TOKENS = 256
+
+
+def check_length(tokens: int, field: str = "return_attention") -> None:
+    if tokens > MAX_TOKENS:
+        raise InvalidInput(f"attention maps are limited to {MAX_TOKENS} tokens; this request needs {tokens}", field)
 
 
 def stack_rows(blocks: list[np.ndarray], width: int) -> np.ndarray:
@@ -14,6 +25,7 @@ def stack_rows(blocks: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(padded, axis=1)
 
 
-def to_json(weights: np.ndarray) -> list:
+def to_json(weights: np.ndarray) -> list[Any]:
     """Nested lists rounded to a few decimals: plenty for a heat map, a fraction of the bytes."""
-    return np.round(weights.astype(np.float64), DECIMALS).tolist()
+    nested: list[Any] = np.round(weights.astype(np.float64), DECIMALS).tolist()
+    return nested

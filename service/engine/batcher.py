@@ -48,8 +48,13 @@ class DynamicBatcher(Generic[I, O]):
         self.executor = executor
         self.metrics = metrics
         self._queue: deque[_Entry[I, O]] = deque()
+        self._running: list[_Entry[I, O]] = []  # the batch on the executor (stop() fails it too)
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"batcher-{self.name}")
@@ -58,10 +63,10 @@ class DynamicBatcher(Generic[I, O]):
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        while self._queue:
-            entry = self._queue.popleft()
+        for entry in [*self._running, *self._queue]:
             if not entry.future.done():
                 entry.future.set_exception(error)
+        self._queue.clear()
         self._set_depth()
 
     def _set_depth(self) -> None:
@@ -117,17 +122,20 @@ class DynamicBatcher(Generic[I, O]):
     async def _run(self, batch: list[_Entry[I, O]]) -> None:
         self.metrics.batch_size.labels(self.name, "batch").observe(len(batch))
         loop = asyncio.get_running_loop()
+        self._running = batch  # kept if stop() cancels us mid-call, so it can fail these too
         try:
             outputs = await loop.run_in_executor(self.executor, self.process, [e.item for e in batch])
             if len(outputs) != len(batch):
                 raise InferenceFailed(f"{self.name}: batch of {len(batch)} produced {len(outputs)} outputs")
         except Exception as exc:  # every waiter of a failed batch gets the error
+            self._running = []
             log.exception("%s: batch of %d failed", self.name, len(batch))
             error = exc if isinstance(exc, EngineError) else InferenceFailed(f"{self.name}: inference failed: {exc}")
             for entry in batch:
                 if not entry.future.done():
                     entry.future.set_exception(error)
             return
+        self._running = []
         for entry, output in zip(batch, outputs, strict=True):
             if not entry.future.done():
                 entry.future.set_result(output)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
-from service.engine.attention import to_json
+from service.engine.attention import check_length, to_json
 from service.engine.batcher import DynamicBatcher
 from service.engine.errors import InvalidInput, RequestTimeout
 from service.engine.metrics import Metrics
@@ -66,13 +66,15 @@ class ClassificationModel:
         results = []
         for b, item in enumerate(items):
             n = len(item.ids)
-            maps = [out[name][b, :, :n, :n] for name in self.attention_names] if item.attention else None  # type: ignore[index]
+            maps = [out[name][b, :, :n, :n] for name in self.attention_names] if item.attention else None
             results.append((probs[b], maps))
         return results
 
 
 class ClassificationService:
-    def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics) -> None:
+    def __init__(
+        self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics
+    ) -> None:
         self.artifact = artifact
         self.name = artifact.name
         self.settings = settings
@@ -93,26 +95,34 @@ class ClassificationService:
     def max_tokens(self) -> int:
         return min(self.settings.max_input_tokens, self.artifact.max_positions)
 
+    def _encode(self, item: ClassifyInput) -> Encoding:
+        return self.tokenizer.encode(item) if isinstance(item, str) else self.tokenizer.encode(item[0], item[1])
+
     def tokenize(self, inputs: list[ClassifyInput], fields: list[str], attention: bool) -> list[ClassifyItem]:
         items = []
         for field_name, item in zip(fields, inputs, strict=True):
             parts = (item,) if isinstance(item, str) else item
             if any(not part.strip() for part in parts):
                 raise InvalidInput("the text is empty", field_name)
-            encoding = self.tokenizer.encode(*parts)
+            encoding = self._encode(item)
             if len(encoding.ids) > self.max_tokens:
-                raise InvalidInput(f"the input has {len(encoding.ids)} tokens; the limit is {self.max_tokens}", field_name)
+                raise InvalidInput(
+                    f"the input has {len(encoding.ids)} tokens; the limit is {self.max_tokens}", field_name
+                )
+            if attention:
+                check_length(len(encoding.ids))
             items.append(ClassifyItem(encoding.ids, encoding.type_ids, attention))
         return items
 
     async def warmup(self) -> None:
         """A single text, a pair, and a full batch, truncated to the limits."""
-        def item(*parts: str) -> ClassifyItem:
-            encoding = self.tokenizer.encode(*parts)
+
+        def item(text: ClassifyInput) -> ClassifyItem:
+            encoding = self._encode(text)
             return ClassifyItem(encoding.ids[: self.max_tokens], encoding.type_ids[: self.max_tokens], False)
 
         await self.batcher.submit([item("warm up")])
-        await self.batcher.submit([item("warm up", "the server")])
+        await self.batcher.submit([item(("warm up", "the server"))])
         size = min(self.settings.max_batch_size, self.settings.max_queue_size, 8)
         await self.batcher.submit([item("warm up the server " * (i + 1)) for i in range(size)])
 
@@ -132,7 +142,9 @@ class ClassificationService:
             raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S") from None
         return [self._result(item, probs, maps, top_k) for item, (probs, maps) in zip(items, outputs, strict=True)]
 
-    def _result(self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None) -> Classification:
+    def _result(
+        self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None
+    ) -> Classification:
         best = int(np.argmax(probs))
         order = np.argsort(-probs, kind="stable")[: top_k or 0]
         attention = None

@@ -5,12 +5,11 @@ Built in the app's lifespan (never at import time) and reached by the routes thr
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from service.engine.classification import ClassificationService
 from service.engine.errors import ModelNotLoaded, Unavailable
@@ -18,11 +17,15 @@ from service.engine.generation import GenerationService
 from service.engine.metrics import Metrics
 from service.engine.scheduler import collect
 from service.engine.translation import TranslationService
-from service.runtime.artifact import Artifact, load_artifact
+from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+S = TypeVar("S")
+
+TASKS = {"translator": "translation", "generator": "generation", "classifier": "classification"}
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Engine:
         # One worker thread per model: ORT calls block, and must stay off the event loop.
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self.ready = False
-        self.draining = False
+        self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
 
     def load(self) -> None:
@@ -58,6 +61,10 @@ class Engine:
         )
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)
+            if artifact.task != TASKS[name]:
+                raise ArtifactError(
+                    f"{artifact.folder}: a {name} must have task {TASKS[name]!r}, not {artifact.task!r}"
+                )
             sessions = {role: GraphSession(name, spec, options) for role, spec in artifact.graphs.items()}
             executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-{name}")
             self._executors[name] = executor
@@ -103,9 +110,7 @@ class Engine:
     def require_classifier(self) -> ClassificationService:
         return self._require(self.classifier, "classification")
 
-    def _require(self, service: Any, task: str) -> Any:
-        if self.draining:
-            raise Unavailable("the server is draining for shutdown")
+    def _require(self, service: S | None, task: str) -> S:
         if service is None:
             raise ModelNotLoaded(f"no {task} model is loaded (SERVE_MODELS={','.join(self.settings.models)})")
         return service

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.engine.attention import stack_rows, to_json
+from service.engine.attention import check_length, stack_rows, to_json
 from service.engine.errors import InvalidInput
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
@@ -71,7 +71,7 @@ class GenerationResult:
 
 class GenerationSequence(Sequence):
     def __init__(self, prompt_ids: list[int], params: GenerationParams) -> None:
-        super().__init__(rows=1)
+        super().__init__(rows=1, prefill_tokens=len(prompt_ids))
         self.prompt_ids = prompt_ids
         self.params = params
 
@@ -92,12 +92,16 @@ class _Row:
 
 
 class GenerationModel:
-    def __init__(self, name: str, artifact: Artifact, session: GraphSession, tokenizer: Tokenizer, metrics: Metrics) -> None:
+    def __init__(
+        self, name: str, artifact: Artifact, session: GraphSession, tokenizer: Tokenizer, metrics: Metrics
+    ) -> None:
         self.name = name
         self.artifact = artifact
         self.session = session
         self.tokenizer = tokenizer
-        self.metrics = metrics
+        self.ttft = metrics.time_to_first_token.labels(name)
+        self.itl = metrics.inter_token_latency.labels(name)
+        self.tokens = metrics.generated_tokens.labels(name)
         self.vocab_size = artifact.vocab_size
         self.eos = artifact.special_tokens["eos"]
         self.pad = artifact.special_tokens["pad"]
@@ -114,7 +118,7 @@ class GenerationModel:
         wanted = ["logits", *self.present, *(self.attention_names if attention else [])]
         out = self.session.run({"input_ids": input_ids, **cache.feeds(new_mask)}, wanted, keep=self.present)
         attn = [out[n] for n in self.attention_names] if attention else []
-        return out["logits"][:, -1], cache.advance(out, new_mask), attn  # type: ignore[index]
+        return out["logits"][:, -1], cache.advance(out, new_mask), attn
 
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], GenerationBatch | None]:
         rows = [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)]
@@ -221,13 +225,13 @@ class GenerationBatch:
         return emits
 
     def _observe(self, row: _Row, now: float) -> None:
-        metrics, name = self.model.metrics, self.model.name
+        m = self.model
         if row.last_token_at is None:
-            metrics.time_to_first_token.labels(name).observe(now - row.seq.enqueued)
+            m.ttft.observe(now - row.seq.enqueued)
         else:
-            metrics.inter_token_latency.labels(name).observe(now - row.last_token_at)
+            m.itl.observe(now - row.last_token_at)
         row.last_token_at = now
-        metrics.generated_tokens.labels(name).inc()
+        m.tokens.inc()
 
     def _take(self, keep: list[int]) -> GenerationBatch | None:
         if not keep:
@@ -262,7 +266,9 @@ class GenerationBatch:
 class GenerationService:
     """What the API calls: validate and tokenize, queue, and read the sequence's events."""
 
-    def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics) -> None:
+    def __init__(
+        self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics
+    ) -> None:
         self.artifact = artifact
         self.name = artifact.name
         self.settings = settings
@@ -289,7 +295,9 @@ class GenerationService:
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.artifact.vocab_size]
             if bad:
-                raise InvalidInput(f"token ids {bad[:5]} are outside the vocabulary (0..{self.artifact.vocab_size - 1})", field)
+                raise InvalidInput(
+                    f"token ids {bad[:5]} are outside the vocabulary (0..{self.artifact.vocab_size - 1})", field
+                )
         if not ids:
             raise InvalidInput("the prompt is empty", field)
         if len(ids) > self.max_prompt_tokens:
@@ -320,6 +328,8 @@ class GenerationService:
 
     def sequence(self, prompt_ids: list[int], params: GenerationParams) -> GenerationSequence:
         self.check_options(params)
+        if params.return_attention:
+            check_length(len(prompt_ids) + params.max_new_tokens)
         return GenerationSequence(prompt_ids, params)
 
     def submit(self, sequences: list[GenerationSequence]) -> None:
@@ -332,7 +342,9 @@ class GenerationService:
         """A short and a longer prompt in one batch, then a lone one, truncated to the limits."""
         prompts = [ids[: self.max_prompt_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_PROMPTS)]
         for batch in (prompts, prompts[:1]):
-            params = GenerationParams(max_new_tokens=min(4, self.settings.max_new_tokens), sampling=SamplingParams(seed=0))
+            params = GenerationParams(
+                max_new_tokens=min(4, self.settings.max_new_tokens), sampling=SamplingParams(seed=0)
+            )
             sequences = [GenerationSequence(ids, params) for ids in batch]
             self.submit(sequences)
             await collect([self.result(seq, None) for seq in sequences])

@@ -44,7 +44,7 @@ class KVCache:
 
     @property
     def batch(self) -> int:
-        return self.mask.shape[0]
+        return int(self.mask.shape[0])
 
     def feeds(self, new_mask: np.ndarray) -> dict[str, Tensor]:
         """Inputs for a step that appends `new_mask.shape[1]` tokens (mask 0 marks left padding)."""

@@ -13,30 +13,49 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("serve_requests", "HTTP requests by endpoint and status.", ["endpoint", "status"], registry=r)
+        self.requests = Counter(
+            "serve_requests", "HTTP requests by endpoint and status.", ["endpoint", "status"], registry=r
+        )
         self.request_duration = Histogram(
-            "serve_request_duration_seconds", "HTTP request duration by endpoint and status.",
-            ["endpoint", "status"], buckets=LATENCY_BUCKETS, registry=r,
+            "serve_request_duration_seconds",
+            "HTTP request duration by endpoint and status.",
+            ["endpoint", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.queue_time = Histogram(
-            "serve_queue_time_seconds", "Time from admission to the first model run.", ["model"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "serve_queue_time_seconds",
+            "Time from admission to the first model run.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_size = Histogram(
-            "serve_batch_size", "Rows per model run (requests, or beams for translation).", ["model", "phase"],
-            buckets=BATCH_BUCKETS, registry=r,
+            "serve_batch_size",
+            "Rows per model run (requests, or beams for translation).",
+            ["model", "phase"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
         self.queue_depth = Gauge("serve_queue_depth", "Requests waiting for a batch slot.", ["model"], registry=r)
         self.running = Gauge("serve_running_sequences", "Sequences in the running decode batch.", ["model"], registry=r)
         self.time_to_first_token = Histogram(
-            "serve_time_to_first_token_seconds", "Admission to first generated token.", ["model"],
-            buckets=LATENCY_BUCKETS, registry=r,
+            "serve_time_to_first_token_seconds",
+            "Admission to first generated token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.inter_token_latency = Histogram(
-            "serve_inter_token_latency_seconds", "Time between consecutive tokens of one sequence.", ["model"],
-            buckets=TOKEN_BUCKETS, registry=r,
+            "serve_inter_token_latency_seconds",
+            "Time between consecutive tokens of one sequence.",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
         )
         self.generated_tokens = Counter("serve_generated_tokens", "Tokens generated.", ["model"], registry=r)
         self.rejected = Counter("serve_rejected", "Requests refused before running.", ["model", "reason"], registry=r)
-        self.cancelled = Counter("serve_cancelled", "Requests dropped after the client went away.", ["model"], registry=r)
+        self.cancelled = Counter(
+            "serve_cancelled", "Requests dropped after the client went away.", ["model"], registry=r
+        )
         self.inflight = Gauge("serve_inflight_requests", "Inference requests being handled.", registry=r)

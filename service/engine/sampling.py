@@ -37,7 +37,8 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-softmax in float64 (last axis)."""
     x = logits.astype(np.float64)
     x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    result: np.ndarray = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return result
 
 
 class Sampler:
@@ -51,9 +52,11 @@ class Sampler:
         self.seen = np.zeros(vocab_size, dtype=bool)  # prompt or generated
         prompt = np.fromiter(prompt_ids, dtype=np.int64)
         self.seen[prompt[(prompt >= 0) & (prompt < vocab_size)]] = True
-        self.bias = np.zeros(vocab_size, dtype=np.float64)
-        for token, value in params.logit_bias.items():
-            self.bias[token] = value
+        self.bias: np.ndarray | None = None
+        if params.logit_bias:
+            self.bias = np.zeros(vocab_size, dtype=np.float64)
+            for token, value in params.logit_bias.items():
+                self.bias[token] = value
 
     def observe(self, token: int) -> None:
         self.counts[token] += 1
@@ -62,7 +65,9 @@ class Sampler:
     def select(self, logits: np.ndarray) -> int:
         """Pick the next token from a [V] row of raw logits."""
         p = self.params
-        x = logits.astype(np.float64) + self.bias
+        x = logits.astype(np.float64)  # a copy: the penalties below work in place
+        if self.bias is not None:
+            x += self.bias
         if p.repetition_penalty != 1.0:
             hit = x[self.seen]
             x[self.seen] = np.where(hit > 0, hit / p.repetition_penalty, hit * p.repetition_penalty)
@@ -70,18 +75,20 @@ class Sampler:
             x -= self.counts * p.frequency_penalty + (self.counts > 0) * p.presence_penalty
         if p.greedy:
             return int(np.argmax(x))
-        x /= p.temperature
-        candidates = np.arange(x.shape[0])
+        if p.temperature != 1.0:
+            x *= 1.0 / p.temperature
+        candidates = None  # None: the whole vocabulary, in order
         if 0 < p.top_k < x.shape[0]:
             # Back to vocabulary order: argpartition's order can flip on logits that differ by 1e-7.
             candidates = np.sort(np.argpartition(-x, p.top_k - 1)[: p.top_k])
-        probs = np.exp(x[candidates] - x[candidates].max())
-        probs /= probs.sum()
+            x = x[candidates]
+        probs = np.exp(x - x.max(), out=x)  # unnormalized: the draw scales by the total
         if p.top_p < 1.0:
-            order = np.lexsort((candidates, -probs))
-            candidates, probs = candidates[order], probs[order]
-            keep = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1
-            candidates, probs = candidates[:keep], probs[:keep]
+            ids = np.arange(x.shape[0]) if candidates is None else candidates
+            order = np.lexsort((ids, -probs))
+            cumulative = np.cumsum(probs[order])
+            keep = int(np.searchsorted(cumulative, p.top_p * cumulative[-1])) + 1
+            candidates, probs = ids[order[:keep]], probs[order[:keep]]
         cdf = np.cumsum(probs)
-        index = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
-        return int(candidates[min(index, len(candidates) - 1)])
+        index = min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")), len(cdf) - 1)
+        return index if candidates is None else int(candidates[index])

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# Prefill computes logits at every prompt position ([B, S, V] floats): cap B * S per prefill call.
+MAX_PREFILL_TOKENS = 4096
+
 
 async def collect(coroutines: list[Coroutine[Any, Any, T]]) -> list[T]:
     """Await all, in order; on the first error (or if we are cancelled) cancel the rest and raise."""
@@ -51,8 +54,9 @@ class Sequence:
 
     `rows` is how many batch rows it may occupy (1, or the number of beams)."""
 
-    def __init__(self, rows: int = 1) -> None:
+    def __init__(self, rows: int = 1, prefill_tokens: int = 1) -> None:
         self.rows = rows
+        self.prefill_tokens = prefill_tokens  # its length in the padded prefill batch
         self.events: asyncio.Queue[Any] = asyncio.Queue()
         self.enqueued = time.perf_counter()
         self.cancelled = False  # set on the loop, read by the worker between steps
@@ -132,6 +136,7 @@ class Scheduler:
         self.executor = executor
         self.metrics = metrics
         self._waiting: deque[Sequence] = deque()
+        self._prefilling: list[Sequence] = []
         self._batch: DecodeBatch | None = None
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -151,7 +156,8 @@ class Scheduler:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._fail(list(self._waiting) + (self._batch.sequences if self._batch else []), error)
+        running = self._batch.sequences if self._batch else []
+        self._fail([*self._waiting, *self._prefilling, *running], error)
         self._waiting.clear()
         self._batch = None
         self._set_gauges()
@@ -199,15 +205,22 @@ class Scheduler:
                 return
 
     def _admit(self) -> list[Sequence]:
-        """Move waiting sequences into the batch while their rows fit (first come, first served)."""
+        """Move waiting sequences into the batch while their rows fit (first come, first served), and
+        while the padded prefill stays within MAX_PREFILL_TOKENS."""
         free = self.max_rows - (self._batch.rows if self._batch else 0)
         admitted: list[Sequence] = []
+        longest = 0
         now = time.perf_counter()
         while self._waiting and (self._waiting[0].cancelled or self._waiting[0].rows <= free):
-            seq = self._waiting.popleft()
+            seq = self._waiting[0]
+            padded = max(longest, seq.prefill_tokens) * (len(admitted) + 1)
+            if admitted and not seq.cancelled and padded > MAX_PREFILL_TOKENS:
+                break
+            self._waiting.popleft()
             if seq.cancelled:
                 self.metrics.cancelled.labels(self.name).inc()
                 continue
+            longest = max(longest, seq.prefill_tokens)
             free -= seq.rows
             self.metrics.queue_time.labels(self.name).observe(now - seq.enqueued)
             admitted.append(seq)
@@ -218,11 +231,14 @@ class Scheduler:
 
     async def _prefill(self, newcomers: list[Sequence]) -> None:
         self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
+        self._prefilling = newcomers  # stop() fails them if it cancels us mid-call
         try:
             emits, batch = await self._call(self._prefill_and_join, newcomers)
         except Exception as exc:  # the running batch is untouched: concatenate builds a new one
+            self._prefilling = []
             self._fail(newcomers, exc)
             return
+        self._prefilling = []
         self._emit(emits)
         self._batch = batch
 

@@ -31,7 +31,7 @@ class IncrementalDecoder:
         text = self._decode(self.prefix_offset)
         if len(text) > len(prefix) and not text.endswith(REPLACEMENT):
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return text[len(prefix):]
+            return text[len(prefix) :]
         return ""
 
     def flush(self) -> str:
@@ -39,7 +39,7 @@ class IncrementalDecoder:
         prefix = self._decode(self.prefix_offset, self.read_offset)
         text = self._decode(self.prefix_offset)
         self.prefix_offset = self.read_offset = len(self.ids)
-        return text[len(prefix):]
+        return text[len(prefix) :]
 
 
 class TextStream:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.engine.attention import stack_rows, to_json
+from service.engine.attention import check_length, stack_rows, to_json
 from service.engine.errors import InvalidInput
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
@@ -58,7 +58,7 @@ class TranslationResult:
 
 class TranslationSequence(Sequence):
     def __init__(self, src_ids: list[int], params: TranslationParams, max_new_tokens: int) -> None:
-        super().__init__(rows=params.num_beams)
+        super().__init__(rows=params.num_beams, prefill_tokens=len(src_ids))
         self.src_ids = src_ids
         self.params = params
         self.max_new_tokens = max_new_tokens
@@ -75,7 +75,7 @@ class _Hyp:
 
     def extend(self, token: int, logprob: float) -> _Hyp:
         return _Hyp(
-            self.tokens + [token],
+            [*self.tokens, token],
             self.logprob + logprob,
             [list(rows) for rows in self.self_attn],
             [list(rows) for rows in self.cross_attn],
@@ -103,7 +103,7 @@ class _Beams:
         self.done = False
 
     def score(self, hyp: _Hyp) -> float:
-        return hyp.logprob / (len(hyp.tokens) ** self.params.length_penalty)
+        return float(hyp.logprob / (len(hyp.tokens) ** self.params.length_penalty))
 
     def add_finished(self, hyp: _Hyp) -> None:
         self.finished.append((self.score(hyp), hyp))
@@ -167,7 +167,13 @@ class _Beams:
 
 class TranslationModel:
     def __init__(
-        self, name: str, artifact: Artifact, encoder: GraphSession, decoder: GraphSession, tokenizer: Tokenizer, metrics: Metrics
+        self,
+        name: str,
+        artifact: Artifact,
+        encoder: GraphSession,
+        decoder: GraphSession,
+        tokenizer: Tokenizer,
+        metrics: Metrics,
     ) -> None:
         self.name = name
         self.artifact = artifact
@@ -187,6 +193,10 @@ class TranslationModel:
         self.encoder_attention = enc_attn if has_attention else []
         self.decoder_attention = dec_attn if has_attention else []
 
+    def place(self, cross: CrossState) -> CrossState:
+        """Cross K/V is fed at every step: keep it on the decoder's device (a no-op on CPU)."""
+        return CrossState(cross.mask, [self.decoder.place(t) for t in cross.kv])
+
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], TranslationBatch | None]:
         beams = [_Beams(seq, self) for seq in sequences if isinstance(seq, TranslationSequence)]
         B, S = len(beams), max(len(b.seq.src_ids) for b in beams)
@@ -204,7 +214,7 @@ class TranslationModel:
             hyp = _Hyp()
             if b.params.return_attention:
                 n = len(b.seq.src_ids)
-                b.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]  # type: ignore[index]
+                b.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]
                 hyp = _Hyp(self_attn=[[] for _ in range(self.n_layers)], cross_attn=[[] for _ in range(self.n_layers)])
             hyps.append(hyp)
         cross = CrossState(mask, [out[name] for name in self.cross])
@@ -272,7 +282,7 @@ class TranslationBatch:
         feeds = {"input_ids": self.next_ids, **self.cache.feeds(new_mask), **self.cross.feeds()}
         out = m.decoder.run(feeds, wanted, keep=m.present)
         cache = self.cache.advance(out, new_mask)
-        logits = np.array(out["logits"][:, -1], dtype=np.float64)  # type: ignore[index]
+        logits = np.array(out["logits"][:, -1], dtype=np.float64)
         logp = log_softmax(logits)
         if want:
             self._record_attention(out, cache)
@@ -297,7 +307,7 @@ class TranslationBatch:
         # Every beam of a request reads the same source: re-gather the cross K/V only when the rows per
         # request change, not when beams merely reorder.
         same_rows = len(beams) == len(self.beams) and counts == self.counts
-        self.cross = self.cross if same_rows else self.cross.take(index)
+        self.cross = self.cross if same_rows else m.place(self.cross.take(index))
         self.cache = cache.take(index)
         self.beams, self.hyps, self.counts = beams, hyps, counts
         self.next_ids = np.array([[h.tokens[-1]] for h in hyps], dtype=np.int64).reshape(-1, 1)
@@ -316,7 +326,9 @@ class TranslationBatch:
                 hyp.cross_attn[layer].append(out[cross_maps[layer]][row][:, :, :src])
 
     def _rows_of(self, keep: set[int]) -> tuple[list[int], np.ndarray]:
-        requests, rows, start = [], [], 0
+        requests: list[int] = []
+        rows: list[int] = []
+        start = 0
         for i, (b, count) in enumerate(zip(self.beams, self.counts, strict=True)):
             if id(b.seq) in keep:
                 requests.append(i)
@@ -334,7 +346,7 @@ class TranslationBatch:
             [self.hyps[r] for r in rows],
             [self.counts[i] for i in requests],
             self.cache.take(rows),
-            self.cross.take(rows),
+            self.model.place(self.cross.take(rows)),
             self.next_ids[rows],
         )
 
@@ -346,7 +358,7 @@ class TranslationBatch:
             self.hyps + other.hyps,
             self.counts + other.counts,
             KVCache.concat([self.cache, other.cache]),
-            CrossState.concat([self.cross, other.cross]),
+            self.model.place(CrossState.concat([self.cross, other.cross])),
             np.concatenate([self.next_ids, other.next_ids]),
         )
 
@@ -420,13 +432,18 @@ class TranslationService:
             self.scheduler.submit(list(sequences))
             await collect([self._result(seq, None) for seq in sequences])
 
-    async def translate(self, texts: list[str], fields: list[str], params: TranslationParams) -> list[TranslationResult]:
+    async def translate(
+        self, texts: list[str], fields: list[str], params: TranslationParams
+    ) -> list[TranslationResult]:
         self.check(params, len(texts))
         sources = self.tokenize(texts, fields)
         sequences = [
             TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
             for src in sources
         ]
+        if params.return_attention:
+            for seq in sequences:
+                check_length(len(seq.src_ids) + seq.max_new_tokens)
         self.scheduler.submit(list(sequences))
         deadline = time.monotonic() + self.settings.request_timeout_s
         return await collect([self._result(seq, deadline) for seq in sequences])

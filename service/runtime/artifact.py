@@ -174,7 +174,9 @@ def load_artifact(folder: Path) -> Artifact:
             raise ArtifactError(f"{where}: graphs.{role} is required for {task}")
         graph = _graph(folder, role, graphs_data[role], f"{where}: graphs.{role}")
         inputs, outputs = _expected_io(task, role, dims)
-        missing = [n for n in inputs if n not in graph.input_names] + [n for n in outputs if n not in graph.output_names]
+        missing = [n for n in inputs if n not in graph.input_names] + [
+            n for n in outputs if n not in graph.output_names
+        ]
         if missing:
             raise ArtifactError(f"{where}: graphs.{role} lacks {missing}")
         graphs[role] = graph

@@ -72,14 +72,20 @@ class GraphSession:
             raise ValueError(f"{self.name}: graph {path} lacks inputs {missing} promised by config.json")
         log.info(
             "%s: loaded %s on %s (quantization=%s, io_binding=%s)",
-            self.name, path.name, self.provider, self.quantization, self.io_binding,
+            self.name,
+            path.name,
+            self.provider,
+            self.quantization,
+            self.io_binding,
         )
 
     def _pick_file(self, spec: GraphSpec, quantization: str) -> tuple[Path, str]:
         if quantization == "int8":
             if spec.int8_file is not None:
                 return spec.int8_file, "int8"
-            log.info("%s: SERVE_QUANTIZATION=int8 but the artifact has no int8_file; using %s", self.name, spec.file.name)
+            log.info(
+                "%s: SERVE_QUANTIZATION=int8 but the artifact has no int8_file; using %s", self.name, spec.file.name
+            )
         return spec.file, "none"
 
     @staticmethod
@@ -90,6 +96,12 @@ class GraphSession:
         so.inter_op_num_threads = options.inter_op_threads
         so.log_severity_level = 3
         return so
+
+    def place(self, value: Tensor) -> Tensor:
+        """Put a tensor that will be fed many times where this session computes (once, not per run)."""
+        if not self.io_binding or isinstance(value, ort.OrtValue):
+            return value
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), self.device, 0)
 
     def has_output(self, name: str) -> bool:
         return name in self.output_names

@@ -11,7 +11,7 @@ def chunks(body: bytes) -> list[Any]:
     return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines]
 
 
-async def test_response_shape(served) -> None:  # type: ignore[no-untyped-def]
+async def test_response_shape(served) -> None:
     r = await served.client.post("/v1/completions", json=BASE)
     assert r.status_code == 200
     body = r.json()
@@ -24,7 +24,7 @@ async def test_response_shape(served) -> None:  # type: ignore[no-untyped-def]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-async def test_prompts_times_n_and_echo(served) -> None:  # type: ignore[no-untyped-def]
+async def test_prompts_times_n_and_echo(served) -> None:
     req = {**BASE, "prompt": ["Hello", "Bye"], "n": 2, "echo": True, "ignore_eos": True}
     body = (await served.client.post("/v1/completions", json=req)).json()
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
@@ -37,14 +37,14 @@ async def test_prompts_times_n_and_echo(served) -> None:  # type: ignore[no-unty
     assert same["choices"][0]["text"] == text
 
 
-async def test_logprobs_shape(served) -> None:  # type: ignore[no-untyped-def]
+async def test_logprobs_shape(served) -> None:
     req = {**BASE, "logprobs": 2, "ignore_eos": True}
     lp = (await served.client.post("/v1/completions", json=req)).json()["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == len(lp["top_logprobs"]) == 5
     assert all(len(top) <= 2 for top in lp["top_logprobs"])
 
 
-async def test_stream_chunks_end_with_done(served) -> None:  # type: ignore[no-untyped-def]
+async def test_stream_chunks_end_with_done(served) -> None:
     req = {**BASE, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     r = await served.client.post("/v1/completions", json=req)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -60,18 +60,24 @@ async def test_stream_chunks_end_with_done(served) -> None:  # type: ignore[no-u
     assert streamed == whole["choices"][0]["text"]
 
 
-async def test_stream_with_several_choices(served) -> None:  # type: ignore[no-untyped-def]
+async def test_stream_with_several_choices(served) -> None:
     r = await served.client.post("/v1/completions", json={**BASE, "n": 3, "stream": True})
     parsed = chunks(r.content)
     finished = [c["choices"][0]["index"] for c in parsed[:-1] if c["choices"][0]["finish_reason"]]
     assert sorted(finished) == [0, 1, 2] and parsed[-1] == "[DONE]"
 
 
-async def test_openai_errors(served) -> None:  # type: ignore[no-untyped-def]
+async def test_openai_errors(served) -> None:
     r = await served.client.post("/v1/completions", json={**BASE, "model": "gpt-4"})
     assert r.status_code == 404 and r.json()["error"]["field"] == "model"
-    for bad, field in [({"best_of": 3}, None), ({"logit_bias": {"x": 1}}, "logit_bias"), ({"n": 0}, "n"),
-                       ({"suffix": "x"}, "suffix"), ({"temperature": 3}, "temperature"), ({"stop": ["a"] * 5}, "stop")]:
+    for bad, field in [
+        ({"best_of": 3}, None),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"n": 0}, "n"),
+        ({"suffix": "x"}, "suffix"),
+        ({"temperature": 3}, "temperature"),
+        ({"stop": ["a"] * 5}, "stop"),
+    ]:
         r = await served.client.post("/v1/completions", json={**BASE, **bad})
         assert r.status_code == 422, bad
         if field:

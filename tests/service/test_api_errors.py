@@ -4,10 +4,12 @@ import json
 
 import pytest
 
+from service.engine import attention
+
 ENDPOINTS = ["/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"]
 
 
-def assert_error(r, status: int, type_: str | None = None) -> dict:  # type: ignore[no-untyped-def]
+def assert_error(r, status: int, type_: str | None = None) -> dict:
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert set(error) >= {"type", "message", "field"} and error["message"]
@@ -16,33 +18,46 @@ def assert_error(r, status: int, type_: str | None = None) -> dict:  # type: ign
     return error
 
 
-@pytest.mark.parametrize("path", ENDPOINTS)
-async def test_invalid_json_is_400(served, path: str) -> None:  # type: ignore[no-untyped-def]
-    r = await served.client.post(path, content=b'{"text": ', headers={"content-type": "application/json"})
-    assert assert_error(r, 400, "invalid_json")["field"] == "body"
+JUNK = [
+    b"[]",
+    b"null",
+    b"42",
+    b'"text"',
+    b"{}",
+    b'{"text": null, "prompt": null}',
+    b'{"text": {"a": 1}, "prompt": {"a": 1}}',
+    b'{"text": [1, 2], "prompt": [[1]], "model": 3}',
+    "\ufffd\U0001f642".encode(),
+    b'{"text": "\\ud800", "prompt": "\\udfff", "model": "generator"}',  # a lone surrogate
+    b'{"text": "hi", "prompt": "hi", "temperature": NaN, "top_k": 1e30}',
+]
 
 
-@pytest.mark.parametrize("path", ENDPOINTS)
-@pytest.mark.parametrize(
-    "payload",
-    [b"[]", b"null", b"42", b'"text"', b"{}", b'{"text": null, "prompt": null}', b'{"text": {"a": 1}, "prompt": {"a": 1}}',
-     b'{"text": [1, 2], "prompt": [[1]], "model": 3}', "\ufffd\U0001f642".encode()],
-)
-async def test_junk_is_4xx_never_500(served, path: str, payload: bytes) -> None:  # type: ignore[no-untyped-def]
-    r = await served.client.post(path, content=payload, headers={"content-type": "application/json"})
-    assert 400 <= r.status_code < 500, r.text
-    assert_error(r, r.status_code)
+async def test_invalid_json_is_400(served) -> None:
+    for path in ENDPOINTS:
+        r = await served.client.post(path, content=b'{"text": ', headers={"content-type": "application/json"})
+        assert assert_error(r, 400, "invalid_json")["field"] == "body", path
 
 
-async def test_unknown_field_is_named(served) -> None:  # type: ignore[no-untyped-def]
+async def test_junk_is_4xx_never_500(served) -> None:
+    for path in ENDPOINTS:
+        for payload in JUNK:
+            r = await served.client.post(path, content=payload, headers={"content-type": "application/json"})
+            assert 400 <= r.status_code < 500, (path, payload, r.text)
+            assert_error(r, r.status_code)
+
+
+async def test_unknown_field_is_named(served) -> None:
     r = await served.client.post("/v1/classify", json={"text": "hi", "colour": "blue"})
     assert assert_error(r, 422, "validation_error")["field"] == "colour"
 
 
-async def test_body_size_limit(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_body_size_limit(serving) -> None:
     async with serving(max_body_bytes=2048) as s:
         big = json.dumps({"text": "x" * 5000}).encode()
-        assert_error(await s.client.post("/v1/classify", content=big, headers={"content-type": "application/json"}), 413)
+        assert_error(
+            await s.client.post("/v1/classify", content=big, headers={"content-type": "application/json"}), 413
+        )
 
         async def chunked():  # no content-length: counted as it arrives
             for i in range(0, len(big), 512):
@@ -52,7 +67,7 @@ async def test_body_size_limit(serving) -> None:  # type: ignore[no-untyped-def]
         assert_error(r, 413, "payload_too_large")
 
 
-async def test_api_key(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_api_key(serving) -> None:
     async with serving(api_key="s3cret") as s:
         r = await s.client.post("/v1/classify", json={"text": "hi"})
         assert_error(r, 401, "unauthorized")
@@ -64,19 +79,31 @@ async def test_api_key(serving) -> None:  # type: ignore[no-untyped-def]
         assert (await s.client.get("/health")).status_code == 200  # probes stay open
 
 
-async def test_unknown_route_and_method(served) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_route_and_method(served) -> None:
     assert_error(await served.client.get("/v1/nope"), 404, "not_found")
     assert_error(await served.client.get("/v1/classify"), 405, "method_not_allowed")
 
 
-async def test_model_not_loaded(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_model_not_loaded(serving) -> None:
     async with serving(models="classifier") as s:
         assert_error(await s.client.post("/v1/generate", json={"prompt": "hi"}), 404, "model_not_loaded")
         assert [m["id"] for m in (await s.client.get("/v1/models")).json()["data"]] == ["classifier"]
 
 
-def test_openapi_documents_every_endpoint(served) -> None:  # type: ignore[no-untyped-def]
+def test_openapi_documents_every_endpoint(served) -> None:
     paths = served.app.openapi()["paths"]
     for path in [*ENDPOINTS, "/v1/models", "/health", "/ready", "/metrics"]:
         assert path in paths
     assert "429" in paths["/v1/generate"]["post"]["responses"]
+
+
+async def test_attention_maps_have_a_size_limit(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention, "MAX_TOKENS", 16)  # the tiny models' contexts are below the real limit
+    for path, body in [
+        ("/v1/generate", {"prompt": "word " * 10, "max_new_tokens": 10}),
+        ("/v1/classify", {"text": "word " * 20}),
+        ("/v1/translate", {"text": "word " * 10, "max_new_tokens": 10}),
+    ]:
+        r = await served.client.post(path, json={**body, "return_attention": True})
+        assert r.status_code == 422, (path, r.text)
+        assert r.json()["error"]["field"] == "return_attention"

@@ -6,7 +6,7 @@ from service.app import begin_drain, inflight
 from service.engine.engine import Engine
 
 
-async def test_ready_only_after_warm_up(serving, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+async def test_ready_only_after_warm_up(serving, monkeypatch: pytest.MonkeyPatch) -> None:
     release = asyncio.Event()
     warmed = []
     original = Engine.warmup
@@ -30,7 +30,7 @@ async def test_ready_only_after_warm_up(serving, monkeypatch: pytest.MonkeyPatch
         assert warmed
 
 
-async def test_failed_warm_up_is_not_ready_nor_healthy(serving, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+async def test_failed_warm_up_is_not_ready_nor_healthy(serving, monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken(self: Engine) -> None:
         raise RuntimeError("no luck")
 
@@ -42,13 +42,15 @@ async def test_failed_warm_up_is_not_ready_nor_healthy(serving, monkeypatch: pyt
         assert r.status_code == 503 and "no luck" in r.json()["detail"]
 
 
-async def test_draining_refuses_new_work_and_lets_in_flight_finish(serving, slow_down) -> None:  # type: ignore[no-untyped-def]
+async def test_draining_refuses_new_work_and_lets_in_flight_finish(serving, slow_down) -> None:
     async with serving() as s:
-        slow_down(s.engine.generator.model.session, 0.01)
+        gate = slow_down(s.engine.generator.model.session)
+        gate.clear()  # the model holds the request in flight until the checks are done
         running = asyncio.ensure_future(
             s.client.post("/v1/generate", json={"prompt": "Hi", "max_new_tokens": 20, "ignore_eos": True})
         )
-        while s.engine.generator.scheduler.running == 0:
+        admitted = s.engine.metrics.registry.get_sample_value
+        while admitted("serve_queue_time_seconds_count", {"model": "generator"}) != 1:
             await asyncio.sleep(0.01)
         assert inflight(s.app) == 1
         begin_drain(s.app)
@@ -57,6 +59,7 @@ async def test_draining_refuses_new_work_and_lets_in_flight_finish(serving, slow
         refused = await s.client.post("/v1/classify", json={"text": "hi"})
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable"
         assert "retry-after" in refused.headers
+        gate.set()
         assert (await running).status_code == 200  # the in-flight request finished normally
         assert inflight(s.app) == 0
         assert (await s.client.get("/health")).status_code == 200

@@ -1,4 +1,4 @@
-async def test_models(served) -> None:  # type: ignore[no-untyped-def]
+async def test_models(served) -> None:
     r = await served.client.get("/v1/models")
     assert r.status_code == 200
     body = r.json()
@@ -15,7 +15,7 @@ async def test_models(served) -> None:  # type: ignore[no-untyped-def]
     assert set(models["translator"]["provider"]) == {"encoder", "decoder"}
 
 
-async def test_int8_variant_is_used_when_asked(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_int8_variant_is_used_when_asked(serving) -> None:
     async with serving(quantization="int8", models="classifier,generator") as s:
         models = {m["id"]: m for m in (await s.client.get("/v1/models")).json()["data"]}
         assert models["classifier"]["quantization"] == {"encoder": "int8"}

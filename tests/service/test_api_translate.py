@@ -1,13 +1,14 @@
 import numpy as np
-import pytest
 
 
-async def test_translate_one_and_many(served) -> None:  # type: ignore[no-untyped-def]
+async def test_translate_one_and_many(served) -> None:
     r = await served.client.post("/v1/translate", json={"text": "Hello world", "max_new_tokens": 5})
     assert r.status_code == 200
     (t,) = r.json()["translations"]
     assert set(t) == {"text", "score", "input_tokens", "output_tokens"} and 1 <= t["output_tokens"] <= 5
-    r = await served.client.post("/v1/translate", json={"text": ["Hello", "A dull story."], "num_beams": 3, "n_best": 2, "max_new_tokens": 5})
+    r = await served.client.post(
+        "/v1/translate", json={"text": ["Hello", "A dull story."], "num_beams": 3, "n_best": 2, "max_new_tokens": 5}
+    )
     translations = r.json()["translations"]
     assert len(translations) == 2
     for t in translations:
@@ -15,15 +16,17 @@ async def test_translate_one_and_many(served) -> None:  # type: ignore[no-untype
         assert t["n_best"][0]["score"] >= t["n_best"][1]["score"]
 
 
-async def test_greedy_sampling_is_seeded(served) -> None:  # type: ignore[no-untyped-def]
+async def test_greedy_sampling_is_seeded(served) -> None:
     req = {"text": "Hello world", "num_beams": 1, "do_sample": True, "seed": 3, "max_new_tokens": 6}
     a = await served.client.post("/v1/translate", json=req)
     b = await served.client.post("/v1/translate", json=req)
     assert a.json() == b.json()
 
 
-async def test_attention_maps(served) -> None:  # type: ignore[no-untyped-def]
-    r = await served.client.post("/v1/translate", json={"text": "Hello world", "max_new_tokens": 4, "num_beams": 2, "return_attention": True})
+async def test_attention_maps(served) -> None:
+    r = await served.client.post(
+        "/v1/translate", json={"text": "Hello world", "max_new_tokens": 4, "num_beams": 2, "return_attention": True}
+    )
     t = r.json()["translations"][0]
     att = t["attention"]
     S, T = t["input_tokens"], t["output_tokens"]
@@ -35,29 +38,29 @@ async def test_attention_maps(served) -> None:  # type: ignore[no-untyped-def]
     np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-3)
 
 
-@pytest.mark.parametrize(
-    ("body", "status", "field"),
-    [
-        ({"text": ""}, 422, "text"),
-        ({"text": ["ok", "  "]}, 422, "text[1]"),
-        ({"text": []}, 422, "text"),
-        ({"text": "hi", "n_best": 5, "num_beams": 2}, 422, None),
-        ({"text": "hi", "num_beams": 0}, 422, "num_beams"),
-        ({"text": "hi", "do_sample": True, "num_beams": 2}, 422, "do_sample"),
-        ({"text": "hi", "max_new_tokens": 1000}, 422, "max_new_tokens"),
-        ({"text": "word " * 200}, 422, "text"),
-        ({"text": 5}, 422, "text"),
-        ({"text": "hi", "beams": 2}, 422, "beams"),
-    ],
-)
-async def test_bad_input(served, body: dict, status: int, field: str | None) -> None:  # type: ignore[no-untyped-def]
-    r = await served.client.post("/v1/translate", json=body)
-    assert r.status_code == status, r.text
-    if field:
-        assert r.json()["error"]["field"] == field
+BAD_TRANSLATE = [
+    ({"text": ""}, 422, "text"),
+    ({"text": ["ok", "  "]}, 422, "text[1]"),
+    ({"text": []}, 422, "text"),
+    ({"text": "hi", "n_best": 5, "num_beams": 2}, 422, None),
+    ({"text": "hi", "num_beams": 0}, 422, "num_beams"),
+    ({"text": "hi", "do_sample": True, "num_beams": 2}, 422, "do_sample"),
+    ({"text": "hi", "max_new_tokens": 1000}, 422, "max_new_tokens"),
+    ({"text": "word " * 200}, 422, "text"),
+    ({"text": 5}, 422, "text"),
+    ({"text": "hi", "beams": 2}, 422, "beams"),
+]
 
 
-async def test_num_beams_beyond_batch_rows(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_input(served) -> None:
+    for body, status, field in BAD_TRANSLATE:
+        r = await served.client.post("/v1/translate", json=body)
+        assert r.status_code == status, (body, r.text)
+        if field:
+            assert r.json()["error"]["field"] == field, body
+
+
+async def test_num_beams_beyond_batch_rows(serving) -> None:
     async with serving(max_batch_size=2) as s:
         r = await s.client.post("/v1/translate", json={"text": "hi", "num_beams": 3})
         assert r.status_code == 422 and r.json()["error"]["field"] == "num_beams"

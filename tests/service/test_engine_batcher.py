@@ -101,3 +101,19 @@ async def test_cancelled_requests_are_skipped() -> None:
     assert await batcher.submit([2]) == [20]
     assert [1] not in model.batches
     await batcher.stop(Unavailable("stop"))
+
+
+async def test_stop_fails_the_running_batch_and_the_queue() -> None:
+    model = Recorder()
+    model.gate.clear()
+    batcher = make(model, max_batch_size=1)
+    batcher.start()
+    running = asyncio.ensure_future(batcher.submit([0]))
+    await asyncio.sleep(0.05)
+    queued = asyncio.ensure_future(batcher.submit([1]))
+    await asyncio.sleep(0)
+    await batcher.stop(Unavailable("shutting down"))
+    model.gate.set()
+    for request in (running, queued):
+        with pytest.raises(Unavailable):
+            await request

@@ -10,7 +10,7 @@ INPUTS: list[ClassifyInput] = [
 ]
 
 
-async def test_batched_scores_equal_single_scores(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_batched_scores_equal_single_scores(serving) -> None:
     async with serving(max_batch_size=8, max_wait_ms=50) as s:
         clf = s.engine.classifier
         fields = [f"text[{i}]" for i in range(len(INPUTS))]
@@ -21,7 +21,7 @@ async def test_batched_scores_equal_single_scores(serving) -> None:  # type: ign
         assert b.label == one.label and b.input_tokens == one.input_tokens
 
 
-async def test_pairs_use_segment_ids(served) -> None:  # type: ignore[no-untyped-def]
+async def test_pairs_use_segment_ids(served) -> None:
     clf = served.engine.classifier
     (item,) = clf.tokenize([("a b", "c")], ["text"], attention=False)
     assert item.type_ids[-1] == 1 and item.type_ids[0] == 0

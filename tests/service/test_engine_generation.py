@@ -25,7 +25,7 @@ def ids(result: GenerationResult) -> list[int]:
     return [t.id for t in result.tokens]
 
 
-def decode_steps_with_more_than_one_row(served) -> float:  # type: ignore[no-untyped-def]
+def decode_steps_with_more_than_one_row(served) -> float:
     registry = served.engine.metrics.registry
     labels = {"model": "generator", "phase": "decode"}
     total = registry.get_sample_value("serve_batch_size_count", labels) or 0.0
@@ -33,7 +33,7 @@ def decode_steps_with_more_than_one_row(served) -> float:  # type: ignore[no-unt
     return total - alone
 
 
-async def test_batched_equals_alone(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_batched_equals_alone(serving) -> None:
     jobs = [(p, params) for params in PARAMS for p in PROMPTS]
     async with serving(max_batch_size=1) as s:
         alone = [ids(await run(s.engine.generator, p, params)) for p, params in jobs]
@@ -43,7 +43,7 @@ async def test_batched_equals_alone(serving) -> None:  # type: ignore[no-untyped
     assert [ids(r) for r in batched] == alone
 
 
-async def test_a_request_joining_a_running_batch_gets_its_own_result(serving) -> None:  # type: ignore[no-untyped-def]
+async def test_a_request_joining_a_running_batch_gets_its_own_result(serving, slow_down) -> None:
     long = GenerationParams(max_new_tokens=30, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     short = PARAMS[1]
     async with serving(max_batch_size=1) as s:
@@ -51,6 +51,7 @@ async def test_a_request_joining_a_running_batch_gets_its_own_result(serving) ->
         expected_short = ids(await run(s.engine.generator, PROMPTS[4], short))
     async with serving(max_batch_size=8) as s:
         gen = s.engine.generator
+        slow_down(gen.model.session, 0.01)  # 30 steps take 0.3 s or more: the short one surely joins
         seq = gen.sequence(gen.tokenize(PROMPTS[1], "prompt"), long)
         gen.submit([seq])
         events = gen.events(seq, None)
@@ -63,7 +64,7 @@ async def test_a_request_joining_a_running_batch_gets_its_own_result(serving) ->
         assert decode_steps_with_more_than_one_row(s) > 0
 
 
-async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:  # type: ignore[no-untyped-def]
+async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:
     gen = served.engine.generator
     params = GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     prompt = gen.tokenize(PROMPTS[1], "prompt")
@@ -86,7 +87,7 @@ async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:
     assert cached == tokens[len(prompt) :]
 
 
-async def test_finish_reasons(served) -> None:  # type: ignore[no-untyped-def]
+async def test_finish_reasons(served) -> None:
     gen = served.engine.generator
     greedy = SamplingParams(temperature=0.0)
     result = await run(gen, "Hello", GenerationParams(max_new_tokens=5, sampling=greedy, ignore_eos=True))
@@ -99,5 +100,7 @@ async def test_finish_reasons(served) -> None:  # type: ignore[no-untyped-def]
     # Stop on text the model is known to produce.
     text = (await run(gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, ignore_eos=True))).text
     stop = text.strip()[2:5] or text[:1]
-    result = await run(gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, stop=(stop,), ignore_eos=True))
+    result = await run(
+        gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, stop=(stop,), ignore_eos=True)
+    )
     assert result.finish_reason == "stop" and stop not in result.text and text.startswith(result.text)

@@ -1,7 +1,10 @@
 """Batched greedy and beam search on the tiny translator: same results alone or batched."""
 
 import asyncio
+import itertools
 
+from service.engine.generation import GenerationParams
+from service.engine.sampling import SamplingParams
 from service.engine.translation import TranslationParams, TranslationResult, TranslationService, banned_ngram_tokens
 
 TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
@@ -15,8 +18,11 @@ def summary(results: list[TranslationResult]) -> list[list[tuple[tuple[int, ...]
     return [[(tuple(h.token_ids), round(h.score, 4)) for h in r.hypotheses] for r in results]
 
 
-async def test_batched_equals_alone_for_greedy_and_beams(serving) -> None:  # type: ignore[no-untyped-def]
-    settings = [TranslationParams(num_beams=1, max_new_tokens=10), TranslationParams(num_beams=4, n_best=3, max_new_tokens=10)]
+async def test_batched_equals_alone_for_greedy_and_beams(serving) -> None:
+    settings = [
+        TranslationParams(num_beams=1, max_new_tokens=10),
+        TranslationParams(num_beams=4, n_best=3, max_new_tokens=10),
+    ]
     async with serving(max_batch_size=4) as s:  # room for one request of 4 beams at a time
         alone = [summary(await translate(s.engine.translator, [t], p)) for p in settings for t in TEXTS]
     async with serving(max_batch_size=32) as s:
@@ -26,20 +32,22 @@ async def test_batched_equals_alone_for_greedy_and_beams(serving) -> None:  # ty
     assert [summary(r) for r in concurrent] == alone
 
 
-async def test_beam_search_returns_sorted_distinct_hypotheses(served) -> None:  # type: ignore[no-untyped-def]
-    (result,) = await translate(served.engine.translator, [TEXTS[0]], TranslationParams(num_beams=5, n_best=5, max_new_tokens=8))
+async def test_beam_search_returns_sorted_distinct_hypotheses(served) -> None:
+    (result,) = await translate(
+        served.engine.translator, [TEXTS[0]], TranslationParams(num_beams=5, n_best=5, max_new_tokens=8)
+    )
     scores = [h.score for h in result.hypotheses]
     assert len(result.hypotheses) == 5 and scores == sorted(scores, reverse=True)
     assert len({tuple(h.token_ids) for h in result.hypotheses}) == 5
 
 
-async def test_encoder_runs_once_per_source(served) -> None:  # type: ignore[no-untyped-def]
+async def test_encoder_runs_once_per_source(served) -> None:
     tr = served.engine.translator
     calls = {"encoder": 0, "decoder": 0}
     for role, session in (("encoder", tr.model.encoder), ("decoder", tr.model.decoder)):
         original = session.run
 
-        def counting(*args, _role=role, _run=original, **kwargs):  # type: ignore[no-untyped-def]
+        def counting(*args, _role=role, _run=original, **kwargs):
             calls[_role] += 1
             return _run(*args, **kwargs)
 
@@ -55,9 +63,26 @@ def test_no_repeat_ngram_bans() -> None:
     assert banned_ngram_tokens([5, 5], 1) == [5, 5]
 
 
-async def test_no_repeat_ngram_size_holds(served) -> None:  # type: ignore[no-untyped-def]
+async def test_no_repeat_ngram_size_holds(served) -> None:
     params = TranslationParams(num_beams=2, max_new_tokens=20, no_repeat_ngram_size=2)
     (result,) = await translate(served.engine.translator, [TEXTS[0]], params)
     tokens = result.hypotheses[0].token_ids
-    bigrams = list(zip(tokens, tokens[1:]))
+    bigrams = list(itertools.pairwise(tokens))
     assert len(bigrams) == len(set(bigrams))
+
+
+async def test_io_binding_path_gives_the_same_results(serving) -> None:
+    """The CUDA code path (device-resident KV and cross K/V via IOBinding), exercised on CPU."""
+    params = TranslationParams(num_beams=3, n_best=2, max_new_tokens=8)
+    results = []
+    for io_binding in (False, True):
+        async with serving(io_binding=io_binding, max_batch_size=8) as s:
+            batched = await asyncio.gather(*(translate(s.engine.translator, [t], params) for t in TEXTS))
+            results.append(summary([r for rs in batched for r in rs]))
+            gen = s.engine.generator
+            seq = gen.sequence(
+                gen.tokenize("Hello", "prompt"), GenerationParams(8, SamplingParams(seed=1), ignore_eos=True)
+            )
+            gen.submit([seq])
+            results[-1].append([t.id for t in (await gen.result(seq, None)).tokens])
+    assert results[0] == results[1]

@@ -23,9 +23,15 @@ async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
     env |= {
-        "SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port), "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
-        "SERVE_MODELS": "generator,classifier", "SERVE_INTRA_OP_THREADS": "1", "SERVE_MAX_BATCH_SIZE": "1",
-        "SERVE_MAX_NEW_TOKENS": "120", "SERVE_DRAIN_TIMEOUT_S": "30", "SERVE_LOG_LEVEL": "warning",
+        "SERVE_HOST": "127.0.0.1",
+        "SERVE_PORT": str(port),
+        "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
+        "SERVE_MODELS": "generator,classifier",
+        "SERVE_INTRA_OP_THREADS": "1",
+        "SERVE_MAX_BATCH_SIZE": "1",
+        "SERVE_MAX_NEW_TOKENS": "120",
+        "SERVE_DRAIN_TIMEOUT_S": "30",
+        "SERVE_LOG_LEVEL": "warning",
     }
     proc = subprocess.Popen([sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:

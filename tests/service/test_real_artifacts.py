@@ -2,11 +2,9 @@
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from conftest import Served, serve  # noqa: I001  (tests/service is on sys.path)
-from service.settings import Settings
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
@@ -15,42 +13,50 @@ def needs(name: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(not (ARTIFACTS / name / "config.json").is_file(), reason=f"artifacts/{name} is absent")
 
 
-def real(name: str) -> Settings:
-    return Settings(artifacts_dir=ARTIFACTS, models=name, max_new_tokens=64, warmup=True)
+def real(name: str) -> dict[str, Any]:
+    """Setting overrides for the `serving` fixture: one trained model, warmed up, default threads."""
+    return {"artifacts_dir": ARTIFACTS, "models": name, "max_new_tokens": 64, "warmup": True, "intra_op_threads": 0}
 
 
-async def check_models_endpoint(s: Served, name: str) -> None:
+async def check_models_endpoint(s: Any, name: str) -> None:
     (model,) = (await s.client.get("/v1/models")).json()["data"]
     assert model["id"] == name and model["provider"]
 
 
 @needs("translator")
-async def test_real_translator() -> None:
-    async with serve(real("translator")) as s:
+async def test_real_translator(serving) -> None:
+    async with serving(**real("translator")) as s:
         await check_models_endpoint(s, "translator")
         texts = ["Hello, how are you?", "The weather is nice today.", "Thank you very much."]
         req = {"text": texts, "num_beams": 4, "n_best": 2, "max_new_tokens": 40}
         batched = (await s.client.post("/v1/translate", json=req)).json()["translations"]
-        alone = [(await s.client.post("/v1/translate", json={**req, "text": t})).json()["translations"][0] for t in texts]
+        alone = [
+            (await s.client.post("/v1/translate", json={**req, "text": t})).json()["translations"][0] for t in texts
+        ]
         assert [t["text"] for t in batched] == [t["text"] for t in alone]
         assert all(t["text"].strip() for t in batched)
 
 
 @needs("generator")
-async def test_real_generator() -> None:
-    async with serve(real("generator")) as s:
+async def test_real_generator(serving) -> None:
+    async with serving(**real("generator")) as s:
         await check_models_endpoint(s, "generator")
-        reqs = [{"prompt": p, "max_new_tokens": 24, "seed": i} for i, p in enumerate(["Once upon a time", "The", "In 1990,"])]
+        reqs = [
+            {"prompt": p, "max_new_tokens": 24, "seed": i}
+            for i, p in enumerate(["Once upon a time", "The", "In 1990,"])
+        ]
         alone = [(await s.client.post("/v1/generate", json=r)).json()["text"] for r in reqs]
         together = await asyncio.gather(*(s.client.post("/v1/generate", json=r) for r in reqs))
         assert [r.json()["text"] for r in together] == alone
-        r = await s.client.post("/v1/completions", json={"model": "generator", "prompt": "Once upon a time", "stream": True})
+        r = await s.client.post(
+            "/v1/completions", json={"model": "generator", "prompt": "Once upon a time", "stream": True}
+        )
         assert r.text.rstrip().endswith("data: [DONE]")
 
 
 @needs("classifier")
-async def test_real_classifier() -> None:
-    async with serve(real("classifier")) as s:
+async def test_real_classifier(serving) -> None:
+    async with serving(**real("classifier")) as s:
         await check_models_endpoint(s, "classifier")
         texts = ["A wonderful, moving film.", "Dull and far too long.", "It was fine."]
         batched = (await s.client.post("/v1/classify", json={"text": texts})).json()["results"]

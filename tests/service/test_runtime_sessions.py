@@ -13,7 +13,9 @@ from service.runtime.sessions import CPU, GraphSession, RuntimeOptions
 def test_cuda_request_falls_back_to_cpu_and_says_so(tiny_artifacts: Path, caplog: pytest.LogCaptureFixture) -> None:
     artifact = load_artifact(tiny_artifacts / "classifier")
     with caplog.at_level(logging.WARNING):
-        session = GraphSession("classifier", artifact.graphs["encoder"], RuntimeOptions(device="cuda", intra_op_threads=1))
+        session = GraphSession(
+            "classifier", artifact.graphs["encoder"], RuntimeOptions(device="cuda", intra_op_threads=1)
+        )
     assert session.provider == session.session.get_providers()[0]
     if session.provider == CPU:  # this machine has no working CUDA
         assert "CPU" in caplog.text and session.device == "cpu"
@@ -30,11 +32,18 @@ def test_io_binding_path_matches_plain_run(tiny_artifacts: Path) -> None:
     past_names = [f"past_key_values.{i}.{p}" for i in range(L) for p in ("key", "value")]
     results = []
     for session in (plain, bound):
-        feeds = {"input_ids": np.array([[5, 6, 7]]), "attention_mask": np.ones((1, 3), np.int64),
-                 "position_ids": np.arange(3)[None]}
+        feeds = {
+            "input_ids": np.array([[5, 6, 7]]),
+            "attention_mask": np.ones((1, 3), np.int64),
+            "position_ids": np.arange(3)[None],
+        }
         feeds |= {n: np.zeros((1, H, 0, Dh), np.float32) for n in past_names}
         out = session.run(feeds, ["logits", *present], keep=present)
-        step = {"input_ids": np.array([[8]]), "attention_mask": np.ones((1, 4), np.int64), "position_ids": np.array([[3]])}
+        step = {
+            "input_ids": np.array([[8]]),
+            "attention_mask": np.ones((1, 4), np.int64),
+            "position_ids": np.array([[3]]),
+        }
         step |= dict(zip(past_names, (out[n] for n in present), strict=True))  # fed back as they came
         results.append(session.run(step, ["logits"])["logits"])
     np.testing.assert_allclose(results[0], results[1], atol=1e-6)
@@ -44,7 +53,9 @@ def test_broken_config_names_the_problem(tiny_artifacts: Path, tmp_path: Path) -
     folder = tmp_path / "generator"
     shutil.copytree(tiny_artifacts / "generator", folder)
     config = json.loads((folder / "config.json").read_text())
-    config["graphs"]["decoder"]["inputs"] = [i for i in config["graphs"]["decoder"]["inputs"] if i["name"] != "position_ids"]
+    config["graphs"]["decoder"]["inputs"] = [
+        i for i in config["graphs"]["decoder"]["inputs"] if i["name"] != "position_ids"
+    ]
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ArtifactError, match="position_ids"):
         load_artifact(folder)

@@ -52,6 +52,8 @@ def test_missing_model_folder_is_a_clear_error(tmp_path: Path) -> None:
 def test_python_m_service_reports_bad_settings(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
     env |= {"SERVE_ARTIFACTS_DIR": str(tmp_path), "SERVE_MAX_QUEUE_SIZE": "-1"}
-    proc = subprocess.run([sys.executable, "-m", "service"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "service"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "invalid settings" in proc.stderr and "SERVE_MAX_QUEUE_SIZE" in proc.stderr

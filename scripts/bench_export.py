@@ -1,0 +1,243 @@
+"""Measure the exported graphs and record the results in each artifact's card.
+
+    python -m scripts.bench_export [--artifacts artifacts] [--runs runs] [--threads 1]
+
+For the generator and the translator decoder, side by side in one run:
+  - cached decode step (past 255 + 1 new token) vs full recompute of 256 tokens (ORT),
+  - ORT vs PyTorch eager for the same cached step,
+  - int8 vs fp32 graph for the same cached step.
+Quality of the int8 variants: classifier test accuracy, translator greedy BLEU on the
+first --bleu-sentences test verses, generator perplexity on the first test tokens,
+all computed with ONNX Runtime on both graphs. Prints a table, writes
+bench_results/export.json and adds an "export_report" section to artifacts/<model>/card.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from tokenizers import Tokenizer
+
+from model.checkpoint import load_trained
+from model.export import round_weights_to_fp16
+
+CONTEXT = 256
+
+
+def session(path: Path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def median_ms(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def kv(prefix: str, n_layers: int, shape: tuple[int, ...], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {f"{prefix}.{i}.{k}": rng.standard_normal(shape).astype(np.float32) for i in range(n_layers) for k in ("key", "value")}
+
+
+def decoder_feeds(config: dict, past_len: int, new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Batch-1 inputs for the generator or translator decoder: `new` tokens after `past_len` cached ones."""
+    d = config["dims"]
+    layers = d.get("n_layers", d.get("n_decoder_layers"))
+    feeds = {
+        "input_ids": rng.integers(4, config["vocab_size"], (1, new)).astype(np.int64),
+        "attention_mask": np.ones((1, past_len + new), dtype=np.int64),
+        "position_ids": np.arange(past_len, past_len + new, dtype=np.int64)[None],
+        **kv("past_key_values", layers, (1, d["n_heads"], past_len, d["d_head"]), rng),
+    }
+    if config["task"] == "translation":
+        src = 32
+        feeds["encoder_attention_mask"] = np.ones((1, src), dtype=np.int64)
+        feeds |= kv("cross", layers, (1, d["n_heads"], src, d["d_head"]), rng)
+    return feeds
+
+
+def torch_step(model: torch.nn.Module, config: dict, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+    t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    layers = config["dims"].get("n_layers", config["dims"].get("n_decoder_layers"))
+    past = [(t[f"past_key_values.{i}.key"], t[f"past_key_values.{i}.value"]) for i in range(layers)]
+    if config["task"] == "translation":
+        cross = [(t[f"cross.{i}.key"], t[f"cross.{i}.value"]) for i in range(layers)]
+        return lambda: model.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
+                                    t["encoder_attention_mask"], cross, past)
+    return lambda: model(t["input_ids"], t["attention_mask"], t["position_ids"], past)
+
+
+def bench_decoder(folder: Path, runs: Path, threads: int) -> dict[str, float]:
+    config = json.loads((folder / "config.json").read_text())
+    role = "decoder"
+    graph = config["graphs"][role]
+    fp32, int8 = session(folder / graph["file"], threads), session(folder / graph["int8_file"], threads)
+    rng = np.random.default_rng(0)
+    step = decoder_feeds(config, CONTEXT - 1, 1, rng)
+    full = decoder_feeds(config, 0, CONTEXT, rng)
+    logits_only = ["logits"]
+    model = load_trained(config["name"], runs / config["name"])
+    round_weights_to_fp16(model)
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        results = {
+            "ort_cached_step_ms": median_ms(lambda: fp32.run(logits_only, step)),
+            "ort_full_recompute_ms": median_ms(lambda: fp32.run(logits_only, full), repeat=10),
+            "torch_cached_step_ms": median_ms(torch_step(model, config, step)),
+            "ort_int8_cached_step_ms": median_ms(lambda: int8.run(logits_only, step)),
+        }
+    results["cached_vs_recompute_speedup"] = results["ort_full_recompute_ms"] / results["ort_cached_step_ms"]
+    results["ort_vs_torch_speedup"] = results["torch_cached_step_ms"] / results["ort_cached_step_ms"]
+    results["int8_vs_fp32_speedup"] = results["ort_cached_step_ms"] / results["ort_int8_cached_step_ms"]
+    return {k: round(v, 3) for k, v in results.items()}
+
+
+def classifier_accuracy(folder: Path, data: Path, threads: int) -> dict[str, float]:
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_truncation(config["max_positions"])
+    tokenizer.enable_padding(pad_id=config["special_tokens"]["pad"])
+    rows = [json.loads(line) for line in (data / "classification" / "test.jsonl").read_text().splitlines()]
+    out = {}
+    for key in ("file", "int8_file"):
+        sess = session(folder / config["graphs"]["encoder"][key], threads)
+        correct, start = 0, time.perf_counter()
+        for i in range(0, len(rows), 64):
+            enc = tokenizer.encode_batch([r["text"] for r in rows[i : i + 64]])
+            feeds = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+                     "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
+                     "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64)}
+            logits = sess.run(["logits"], feeds)[0]
+            correct += int((logits.argmax(-1) == np.array([r["label"] for r in rows[i : i + 64]])).sum())
+        name = "fp32" if key == "file" else "int8"
+        out[f"{name}_test_accuracy"] = round(correct / len(rows), 4)
+        out[f"{name}_seconds"] = round(time.perf_counter() - start, 2)
+    return out
+
+
+def greedy_translate(encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: dict,
+                     ids: list[int], max_new: int) -> list[int]:
+    d, special = config["dims"], config["special_tokens"]
+    src = np.array([ids], dtype=np.int64)
+    src_mask = np.ones_like(src)
+    names = [o.name for o in encoder.get_outputs() if o.name.startswith("cross.")]
+    cross = dict(zip(names, encoder.run(names, {"input_ids": src, "attention_mask": src_mask})))
+    layers = d["n_decoder_layers"]
+    past = {f"past_key_values.{i}.{k}": np.zeros((1, d["n_heads"], 0, d["d_head"]), np.float32)
+            for i in range(layers) for k in ("key", "value")}
+    token, out = special["bos"], []
+    present_names = [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    for step in range(max_new):
+        feeds = {"input_ids": np.array([[token]], dtype=np.int64), "attention_mask": np.ones((1, step + 1), np.int64),
+                 "position_ids": np.array([[step]], dtype=np.int64), "encoder_attention_mask": src_mask, **cross, **past}
+        logits, *presents = decoder.run(["logits", *present_names], feeds)
+        token = int(logits[0, -1].argmax())
+        if token == special["eos"]:
+            break
+        out.append(token)
+        past = {name.replace("present", "past_key_values"): value for name, value in zip(present_names, presents)}
+    return out
+
+
+def translator_bleu(folder: Path, data: Path, threads: int, sentences: int) -> dict[str, float]:
+    import sacrebleu
+
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    rows = [json.loads(line) for line in (data / "translation" / "test.jsonl").read_text().splitlines()][:sentences]
+    out = {"sentences": len(rows)}
+    for key in ("file", "int8_file"):
+        enc, dec = (session(folder / config["graphs"][r][key], threads) for r in ("encoder", "decoder"))
+        start = time.perf_counter()
+        hyps = []
+        for r in rows:
+            ids = tokenizer.encode(r["src"]).ids
+            hyps.append(tokenizer.decode(greedy_translate(enc, dec, config, ids, 2 * len(ids) + 10)))
+        name = "fp32" if key == "file" else "int8"
+        out[f"{name}_greedy_bleu"] = round(sacrebleu.corpus_bleu(hyps, [[r["tgt"] for r in rows]]).score, 2)
+        out[f"{name}_seconds"] = round(time.perf_counter() - start, 2)
+    return out
+
+
+def generator_perplexity(folder: Path, data: Path, threads: int, tokens: int) -> dict[str, float]:
+    from model.tasks.generation import load_stream
+
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    stream = load_stream(tokenizer, data / "generation" / "test.txt", config["special_tokens"]["eos"])[: tokens + 1]
+    d = config["dims"]
+    window = config["max_positions"]
+    out = {"tokens": tokens}
+    for key in ("file", "int8_file"):
+        sess = session(folder / config["graphs"]["decoder"][key], threads)
+        nll, count = 0.0, 0
+        for start in range(0, len(stream) - 1, window):
+            chunk = stream[start : start + window + 1]
+            n = len(chunk) - 1
+            feeds = {"input_ids": chunk[None, :-1], "attention_mask": np.ones((1, n), np.int64),
+                     "position_ids": np.arange(n, dtype=np.int64)[None],
+                     **{f"past_key_values.{i}.{k}": np.zeros((1, d["n_heads"], 0, d["d_head"]), np.float32)
+                        for i in range(d["n_layers"]) for k in ("key", "value")}}
+            logits = sess.run(["logits"], feeds)[0][0].astype(np.float64)
+            top = logits.max(-1, keepdims=True)
+            log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+            nll -= float(log_probs[np.arange(n), chunk[1:]].sum())
+            count += n
+        out[f"{'fp32' if key == 'file' else 'int8'}_perplexity"] = round(math.exp(nll / count), 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifacts", type=Path, default=Path("artifacts"))
+    parser.add_argument("--runs", type=Path, default=Path("runs"))
+    parser.add_argument("--data", type=Path, default=Path("data"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bleu-sentences", type=int, default=200)
+    parser.add_argument("--ppl-tokens", type=int, default=20_000)
+    parser.add_argument("--out", type=Path, default=Path("bench_results/export.json"))
+    args = parser.parse_args()
+    report: dict[str, dict[str, Any]] = {}
+    for name in ("generator", "translator"):
+        report[name] = {"decode_step": bench_decoder(args.artifacts / name, args.runs, args.threads)}
+    report["generator"]["int8_quality"] = generator_perplexity(args.artifacts / "generator", args.data, args.threads,
+                                                               args.ppl_tokens)
+    report["translator"]["int8_quality"] = translator_bleu(args.artifacts / "translator", args.data, args.threads,
+                                                           args.bleu_sentences)
+    report["classifier"] = {"int8_quality": classifier_accuracy(args.artifacts / "classifier", args.data, args.threads)}
+
+    meta = {"threads": args.threads, "context": CONTEXT, "onnxruntime": ort.__version__, "torch": torch.__version__,
+            "command": "python -m scripts.bench_export " + f"--threads {args.threads}"}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, **report}, indent=2) + "\n")
+    for name, sections in report.items():
+        card_path = args.artifacts / name / "card.json"
+        card = json.loads(card_path.read_text())
+        card["export_report"] = {**sections, "meta": meta}
+        card_path.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+        for section, values in sections.items():
+            print(f"\n{name} / {section}")
+            for key, value in values.items():
+                print(f"  {key:32s} {value}")
+
+
+if __name__ == "__main__":
+    main()
