@@ -15,7 +15,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -28,6 +28,9 @@ from model.classifier import Classifier
 from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.generator import Generator
 from model.translator import Translator
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -415,22 +418,25 @@ def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> T
     return ClassifierConfig(**common, n_layers=2)
 
 
-def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = ("translator", "generator", "classifier")) -> dict[str, nn.Module]:
-    """Randomly initialized tiny models with real (tiny) tokenizers, for fast service and export tests.
-
-    Returns the PyTorch models, weights rounded exactly as exported (the parity reference).
-    """
+def build_tiny_model(kind: str) -> tuple[nn.Module, "Tokenizer"]:
+    """A tiny randomly initialized model and its tokenizer; deterministic (seed 0)."""
     from model import tokenization
 
+    torch.manual_seed(0)
+    tokenizer = tokenization.TRAINERS[kind](TINY_CORPUS * 4, 300)
+    config = tiny_config(kind, tokenizer.get_vocab_size(), tokenization.SPECIAL_TOKENS[kind])
+    return MODEL_CLASSES[kind](config), tokenizer  # type: ignore[call-arg]
+
+
+def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = ("translator", "generator", "classifier")) -> None:
+    """Tiny models with real (tiny) tokenizers in ``out_dir/<kind>/``, for fast service and export tests.
+
+    The PyTorch reference of each is ``build_tiny_model(kind)`` with ``round_weights_to_fp16`` applied.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    models = {}
     for kind in kinds:
-        torch.manual_seed(0)
-        tokenizer = getattr(tokenization, f"train_{kind}_tokenizer")(TINY_CORPUS * 4, 300)
-        config = tiny_config(kind, tokenizer.get_vocab_size(), tokenization.SPECIAL_TOKENS[kind])
-        models[kind] = MODEL_CLASSES[kind](config)  # type: ignore[call-arg]
+        model, tokenizer = build_tiny_model(kind)
         tokenizer_path = out_dir / f"{kind}.tokenizer.json"
         tokenizer.save(str(tokenizer_path))
-        export_model(kind, models[kind], tokenizer_path, out_dir / kind)
+        export_model(kind, model, tokenizer_path, out_dir / kind)
         tokenizer_path.unlink()
-    return models

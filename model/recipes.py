@@ -98,7 +98,6 @@ def train_translator(args: RecipeArgs) -> None:
 
 def train_generator(args: RecipeArgs) -> None:
     from model.config import GeneratorConfig
-    from model.data.baselines import ngram_baseline
     from model.decoding import generate
     from model.generator import Generator
     from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
@@ -159,7 +158,6 @@ def train_generator(args: RecipeArgs) -> None:
                         f"(stride {block // 2}); baseline: interpolated Kneser-Ney trigram fit on the training tokens",
         "samples": samples,
     })
-    del ngram_baseline  # the same baseline is also available standalone: python -m model.data.baselines
 
 
 def train_classifier(args: RecipeArgs) -> None:

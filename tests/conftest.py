@@ -1,21 +1,54 @@
-"""Shared fixtures: tiny exported artifacts (built once per test session)."""
+"""Shared fixtures: tiny exported artifacts, built once per version of model/ and cached.
+
+Set SERVE_TEST_ARTIFACTS=/some/dir to test the service against prebuilt artifacts instead.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import warnings
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+REAL_ARTIFACTS = REPO / "artifacts"
+MODELS = ("translator", "generator", "classifier")
+
+
+def _model_source_hash() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "model").rglob("*.py")):
+        digest.update(path.relative_to(REPO).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / name / "golden.json").is_file() for name in MODELS)
+
 
 @pytest.fixture(scope="session")
-def tiny_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """(folder with translator/, generator/, classifier/ tiny artifacts, {kind: PyTorch reference model}).
+def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny randomly initialized artifacts from model.export, exported once per model/ source version.
 
-    Needs the training extra (torch); tests that use it skip only where it is not installed.
+    Exporting needs the training extra (torch); .ci/run installs it.
     """
-    pytest.importorskip("torch")
-    from model.export import export_tiny_artifacts
+    if override := os.environ.get("SERVE_TEST_ARTIFACTS"):
+        return Path(override)
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
+    folder = root / _model_source_hash()
+    if not _complete(folder):
+        from model.export import export_tiny_artifacts
 
-    folder = tmp_path_factory.mktemp("tiny-artifacts")
-    models = export_tiny_artifacts(folder)
-    return folder, models
+        staging = tmp_path_factory.mktemp("tiny-export")
+        with warnings.catch_warnings():  # the exporter's warnings are not about the tests
+            warnings.simplefilter("ignore")
+            export_tiny_artifacts(staging)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder

@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import onnxruntime as ort  # noqa: E402
 
+from model.export import build_tiny_model, round_weights_to_fp16  # noqa: E402
+
 from model.layers import positions_from_mask  # noqa: E402
 
 ATOL = 1e-4
@@ -36,9 +38,14 @@ class Exported:
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_export: tuple[Path, dict]) -> dict[str, Exported]:
-    folder, models = tiny_export
-    return {kind: Exported(model, folder / kind) for kind, model in models.items()}
+def tiny(tiny_artifacts: Path) -> dict[str, Exported]:
+    """The tiny exported artifacts next to their PyTorch references (rebuilt deterministically)."""
+    exported = {}
+    for kind in ("translator", "generator", "classifier"):
+        model, _ = build_tiny_model(kind)
+        round_weights_to_fp16(model)
+        exported[kind] = Exported(model, tiny_artifacts / kind)
+    return exported
 
 
 @pytest.fixture(params=["translator", "generator", "classifier"])

@@ -1,17 +1,10 @@
-"""Fixtures for the service tests: tiny exported artifacts (cached by model/ source hash), apps, clients.
-
-Set SERVE_TEST_ARTIFACTS=/some/dir to test against prebuilt artifacts instead of exporting tiny ones.
-"""
+"""Fixtures for the service tests: settings on the tiny artifacts (tests/conftest.py), apps, clients."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
-import shutil
 import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -26,42 +19,6 @@ from service.app import create_app
 from service.engine.engine import Engine
 from service.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
-REAL_ARTIFACTS = REPO / "artifacts"
-MODELS = ("translator", "generator", "classifier")
-
-
-def _model_source_hash() -> str:
-    digest = hashlib.sha256()
-    for path in sorted((REPO / "model").rglob("*.py")):
-        digest.update(path.relative_to(REPO).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _complete(folder: Path) -> bool:
-    return all((folder / name / "config.json").is_file() for name in MODELS)
-
-
-@pytest.fixture(scope="session")
-def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny randomly initialized artifacts from model.export (exported once per model/ source version)."""
-    if override := os.environ.get("SERVE_TEST_ARTIFACTS"):
-        return Path(override)
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
-    folder = root / _model_source_hash()
-    if not _complete(folder):
-        from model.export import export_tiny_artifacts
-
-        staging = tmp_path_factory.mktemp("tiny-export")
-        with warnings.catch_warnings():  # the exporter's warnings are not about the service
-            warnings.simplefilter("ignore")
-            export_tiny_artifacts(staging)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
 
 
 @pytest.fixture
