@@ -100,8 +100,8 @@ def train_generator(args: RecipeArgs) -> None:
     from model.config import GeneratorConfig
     from model.decoding import generate
     from model.generator import Generator
-    from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
     from model.ngram import KneserNeyLM
+    from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
 
     tokenizer = prepare_run(args, "generator")
     special = SPECIAL_TOKENS["generator"]

@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import onnxruntime as ort  # noqa: E402
 
 from model.export import build_tiny_model, round_weights_to_fp16  # noqa: E402
-
 from model.layers import positions_from_mask  # noqa: E402
 
 ATOL = 1e-4
@@ -119,10 +118,11 @@ def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None
     with torch.no_grad():
         memory, _ = model.encode(torch.from_numpy(src), torch.from_numpy(src_mask))
         ref_cross = model.cross_kv(memory)
-    for i, (k, v) in enumerate(ref_cross):
-        real = src_mask.astype(bool)
-        assert np.abs(enc[f"cross.{i}.key"].transpose(0, 2, 1, 3)[real] - k.numpy().transpose(0, 2, 1, 3)[real]).max() <= ATOL
-        assert np.abs(enc[f"cross.{i}.value"].transpose(0, 2, 1, 3)[real] - v.numpy().transpose(0, 2, 1, 3)[real]).max() <= ATOL
+    real = src_mask.astype(bool)  # [B, Ssrc]: compare real source positions only
+    for i, pair in enumerate(ref_cross):
+        for name, expected in zip(("key", "value"), pair):
+            got = enc[f"cross.{i}.{name}"].transpose(0, 2, 1, 3)[real]  # [B, H, S, Dh] -> [real, H, Dh]
+            assert np.abs(got - expected.numpy().transpose(0, 2, 1, 3)[real]).max() <= ATOL
     cross = [enc[f"cross.{i}.{kv}"] for i in range(L) for kv in ("key", "value")]
     past = [np.zeros((3, H, 0, Dh), dtype=np.float32)] * (2 * L)
     tokens = np.full((3, 1), bos, dtype=np.int64)
