@@ -1,0 +1,121 @@
+"""Movie-review sentence sentiment (Hutto & Gilbert 2014 ground truth) and an MLM+NSP corpus.
+
+Labelled data: score > 0 is positive (1), < 0 negative (0), zeros dropped,
+duplicate texts kept once; random 80/10/10 split with a fixed seed.
+
+Pretraining corpus (``pretrain.txt``): one sentence per line, a blank line
+between documents. It holds the other Hutto sets (Amazon reviews, NYT
+editorials, whose ``doc_sentence`` ids are regrouped into documents, and
+tweets), the TRAIN movie snippets, the SOTU train speeches and BBC news;
+no sentence of the valid/test movie snippets ever enters it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from model.data import normalize_text, write_jsonl
+
+LABELS = ["negative", "positive"]
+SPLITS = ("train", "valid", "test")
+MOVIE_FILE = "movieReviewSnippets_GroundTruth.txt"
+OTHER_FILES = ("amazonReviewSnippets_GroundTruth.txt", "nytEditorialSnippets_GroundTruth.txt",
+               "tweets_GroundTruth.txt")
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))"  # after . ! ? and an optional closing quote/bracket
+    r"(?<!\b[A-Z]\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bMrs\.)"  # not initials/titles
+    r"\s+(?=[\"'(\[]?[A-Z0-9])"  # before a capital or digit
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences with a simple punctuation + capital-letter rule."""
+    return [s for s in (normalize_text(p) for p in _SENTENCE_END.split(text)) if s]
+
+
+def read_ground_truth(path: Path) -> list[tuple[str, float, str]]:
+    """(id, score, text) rows of a Hutto ``*_GroundTruth.txt`` file (header skipped)."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+        parts = line.split("\t")
+        if len(parts) == 3 and normalize_text(parts[2]):
+            rows.append((parts[0], float(parts[1]), normalize_text(parts[2])))
+    return rows
+
+
+def label_for(score: float) -> int | None:
+    """1 for a positive score, 0 for a negative one, None for zero."""
+    return 1 if score > 0 else 0 if score < 0 else None
+
+
+def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict]:
+    """``{"text", "label"}`` examples, zeros dropped and each text kept once."""
+    seen: set[str] = set()
+    examples = []
+    for _, score, text in rows:
+        label = label_for(score)
+        if label is not None and text not in seen:
+            seen.add(text)
+            examples.append({"text": text, "label": label})
+    return examples
+
+
+def split_examples(examples: list[dict], seed: int = 0) -> dict[str, list[dict]]:
+    """Shuffle with ``seed`` and cut 80/10/10."""
+    shuffled = list(examples)
+    random.Random(seed).shuffle(shuffled)
+    n_train, n_valid = round(0.8 * len(shuffled)), round(0.1 * len(shuffled))
+    return {"train": shuffled[:n_train], "valid": shuffled[n_train:n_train + n_valid],
+            "test": shuffled[n_train + n_valid:]}
+
+
+def snippet_documents(rows: Iterable[tuple[str, float, str]]) -> list[list[str]]:
+    """Sentences of Hutto snippets, grouped into documents by the ``doc`` part of ``doc_n`` ids."""
+    documents: dict[str, list[tuple[int, list[str]]]] = {}
+    for row_id, _, text in rows:
+        doc, _, position = row_id.partition("_")
+        documents.setdefault(doc, []).append((int(position or 0), split_sentences(text)))
+    return [[s for _, sentences in sorted(parts) for s in sentences] for parts in documents.values()]
+
+
+def bbc_documents(bbc_dir: Path) -> list[list[str]]:
+    """One document per BBC article (title line included), in sorted path order."""
+    paths = sorted(bbc_dir.glob("*/*.txt"))
+    return [split_sentences(p.read_text(encoding="utf-8", errors="replace")) for p in paths]
+
+
+def write_pretrain(path: Path, documents: Iterable[list[str]], held_out: set[str]) -> dict[str, int]:
+    """Write sentences one per line, blank line between documents; skip held-out sentences."""
+    n_docs = n_lines = n_words = 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for document in documents:
+            sentences = [s for s in document if s not in held_out]
+            if not sentences:
+                continue
+            f.write(("\n" if n_docs else "") + "\n".join(sentences) + "\n")
+            n_docs, n_lines = n_docs + 1, n_lines + len(sentences)
+            n_words += sum(len(s.split()) for s in sentences)
+    return {"documents": n_docs, "lines": n_lines, "words": n_words}
+
+
+def build_classification(hutto_dir: Path, out_dir: Path, extra_documents: Iterable[list[str]] = (),
+                         seed: int = 0) -> dict[str, dict[str, int]]:
+    """Write ``{train,valid,test}.jsonl`` and ``pretrain.txt``; return counts per file.
+
+    ``extra_documents`` (SOTU train speeches, BBC articles as sentence lists) are
+    appended to the pretraining corpus after the review-like data.
+    """
+    splits = split_examples(labelled_examples(read_ground_truth(hutto_dir / MOVIE_FILE)), seed)
+    counts = {}
+    for name, examples in splits.items():
+        write_jsonl(out_dir / f"{name}.jsonl", examples)
+        counts[f"{name}.jsonl"] = {"sentences": len(examples), "positive": sum(e["label"] for e in examples)}
+    held_out = {s for name in ("valid", "test") for e in splits[name] for s in split_sentences(e["text"])}
+    documents = [d for name in OTHER_FILES for d in snippet_documents(read_ground_truth(hutto_dir / name))]
+    documents += [split_sentences(e["text"]) for e in splits["train"]]
+    counts["pretrain.txt"] = write_pretrain(out_dir / "pretrain.txt", [*documents, *extra_documents], held_out)
+    return counts

