@@ -11,7 +11,6 @@ same way first, so the graph and the reference model compute the same function.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,6 @@ from model.translator import Translator
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-log = logging.getLogger(__name__)
 
 OPSET = 20
 FORMAT_VERSION = 1

@@ -5,7 +5,6 @@ Entry point: ``python -m scripts.train {translator,generator,classifier}``.
 
 from __future__ import annotations
 
-import logging
 import platform
 import shutil
 from dataclasses import dataclass
@@ -19,8 +18,6 @@ from model.config import TranslatorConfig
 from model.tokenization import SPECIAL_TOKENS
 from model.training import TrainSettings, load_weights, train
 from model.translator import Translator
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
