@@ -130,12 +130,20 @@ class FineTuneTask:
     def steps_per_epoch(self) -> int:
         return -(-len(self.splits["train"]) // self.batch_size)
 
-    def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
+    def train_batches(self, bucket_batches: int = 50) -> Iterator[tuple[Tensor, ...]]:
+        """Shuffled epochs; within each chunk of ``bucket_batches`` batches rows are sorted by length,
+        so a batch pads little (compute is the bottleneck on CPU), then the batches are shuffled."""
         rows = list(self.splits["train"])
+        chunk = self.batch_size * bucket_batches
         while True:
             self.rng.shuffle(rows)
-            for i in range(0, len(rows), self.batch_size):
-                yield self.collate(rows[i : i + self.batch_size])
+            batches = []
+            for c in range(0, len(rows), chunk):
+                by_length = sorted(rows[c : c + chunk], key=lambda r: len(r["text"]))
+                batches += [by_length[i : i + self.batch_size] for i in range(0, len(by_length), self.batch_size)]
+            self.rng.shuffle(batches)
+            for batch in batches:
+                yield self.collate(batch)
 
     def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
         ids, types, mask, labels = batch
