@@ -55,7 +55,7 @@ def train_translator(args: RecipeArgs) -> None:
     else:
         config = TranslatorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=256, n_heads=4, d_ff=1024,
                                   n_encoder_layers=3, n_decoder_layers=3, dropout=0.1, special_tokens=special)
-        settings = TrainSettings(minutes=args.minutes, lr=1.5e-3, warmup_steps=150, eval_every=200)
+        settings = TrainSettings(minutes=args.minutes, lr=1.5e-3, warmup_steps=400, eval_every=200)
     model = Translator(config)
     task = TranslationTask(args.data_dir / "translation", tokenizer, special, max_tokens=4096,
                            label_smoothing=config.label_smoothing)

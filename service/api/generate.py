@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import error_body
 from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
-from service.api.sse import SSE_HEADERS, sse
-from service.engine.errors import EngineError
+from service.api.sse import event_stream, sse
 from service.engine.generation import (
     GenerationParams,
     GenerationResult,
@@ -88,17 +84,6 @@ def _event(event: TokenEvent | GenerationResult) -> str:
     return sse(done, "done")
 
 
-async def _stream(first: Any, events: AsyncIterator[Any]) -> AsyncIterator[str]:
-    try:
-        yield _event(first)
-        async for event in events:
-            yield _event(event)
-    except EngineError as exc:  # after the first event the status is sent: report in-band
-        yield sse({"type": "error", **error_body(exc.type, exc.message, exc.field)}, "error")
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
-
-
 @router.post("/v1/generate", response_model=GenerateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -> Any:
     generator = engine.require_generator()
@@ -116,7 +101,4 @@ async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -
             tokens=[token_model(t) for t in result.tokens] if body.logprobs else None,
             attention=result.attention,
         )
-    events = generator.events(seq, deadline)
-    # Wait for the first token before answering 200, so queueing and prefill errors get a real status.
-    first = await unless_disconnected(request, anext(events))
-    return StreamingResponse(_stream(first, events), media_type="text/event-stream", headers=SSE_HEADERS)
+    return await event_stream(request, generator.events(seq, deadline), _event)

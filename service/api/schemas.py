@@ -54,6 +54,9 @@ class TranslateRequest(Request):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="with do_sample")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="with do_sample")
     return_attention: bool = Field(False, description="encoder, decoder and cross attention of the best hypothesis")
+    stream: bool = Field(
+        False, description="Server-Sent Events: one `token` event per target token, then `done` (one text, num_beams=1)"
+    )
 
     @model_validator(mode="after")
     def _n_best(self) -> TranslateRequest:

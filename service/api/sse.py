@@ -1,9 +1,17 @@
-"""Server-Sent Events framing."""
+"""Server-Sent Events: framing, and the streamed response shared by the streaming routes."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from service.api.deps import unless_disconnected
+from service.api.errors import error_body
+from service.engine.errors import EngineError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -12,3 +20,23 @@ def sse(data: Any, event: str | None = None) -> str:
     """One event. JSON keeps newlines out of `data:`; non-ASCII goes out as UTF-8 (whole characters)."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+
+
+async def _events(first: Any, events: AsyncIterator[Any], render: Callable[[Any], str]) -> AsyncIterator[str]:
+    try:
+        yield render(first)
+        async for event in events:
+            yield render(event)
+    except EngineError as exc:  # after the first event the status is sent: report in-band
+        yield sse({"type": "error", **error_body(exc.type, exc.message, exc.field)}, "error")
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+async def event_stream(
+    request: Request, events: AsyncIterator[Any], render: Callable[[Any], str]
+) -> StreamingResponse:
+    """Wait for the first event before answering 200, so queueing and prefill errors get a real status;
+    then stream every event rendered by `render`, and an `error` event if the engine fails mid-way."""
+    first = await unless_disconnected(request, anext(events))
+    return StreamingResponse(_events(first, events, render), media_type="text/event-stream", headers=SSE_HEADERS)

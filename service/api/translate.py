@@ -1,15 +1,28 @@
-"""POST /v1/translate: one text or a list; greedy, beam search with n-best, or sampling."""
+"""POST /v1/translate: one text or a list; greedy, beam search with n-best, or sampling; greedy and
+sampled translations of one text can be streamed as Server-Sent Events."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
+from service.api.sse import event_stream, sse
 from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationParams, TranslationResult
+from service.engine.translation import TranslationParams, TranslationPiece, TranslationResult
 
 router = APIRouter(tags=["translation"])
+
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "JSON, or with `stream: true` an event stream: `event: token` per target token "
+        "(`{type, index, id, text}`), then `event: done` (`{type, translation}`, the same object as in "
+        "`translations`), or `event: error` (`{type, error}`) if translation fails after the first event.",
+        "content": {"text/event-stream": {}},
+    }
+}
 
 
 def _params(body: TranslateRequest) -> TranslationParams:
@@ -42,10 +55,19 @@ def _translation(result: TranslationResult, n_best: int) -> Translation:
     )
 
 
-@router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True)
-async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> TranslateResponse:
+def _event(event: TranslationPiece | TranslationResult) -> str:
+    if isinstance(event, TranslationPiece):
+        return sse({"type": "token", "index": event.index, "id": event.id, "text": event.text}, "token")
+    translation = _translation(event, n_best=1).model_dump(exclude_none=True)
+    return sse({"type": "done", "translation": translation}, "done")
+
+
+@router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
+async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> Any:
     translator = engine.require_translator()
     texts = [body.text] if isinstance(body.text, str) else body.text
     fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
+    if body.stream:
+        return await event_stream(request, translator.stream(texts, fields, _params(body)), _event)
     results = await unless_disconnected(request, translator.translate(texts, fields, _params(body)))
     return TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])

@@ -9,8 +9,9 @@ after each step the rows are re-gathered so each new beam continues its parent's
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
 from service.engine.sampling import Sampler, SamplingParams, log_softmax
 from service.engine.scheduler import Emit, Scheduler, Sequence, collect
+from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -39,6 +41,7 @@ class TranslationParams:
     no_repeat_ngram_size: int = 0
     sampling: SamplingParams | None = None  # None: deterministic (greedy or beam search)
     return_attention: bool = False
+    stream: bool = False  # emit a TranslationPiece per token (num_beams=1 only: beams change their past)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,15 @@ class Hypothesis:
     score: float
     logprob: float
     token_ids: list[int]
+
+
+@dataclass(frozen=True)
+class TranslationPiece:
+    """One streamed target token and the text it completes ("" while a character is incomplete)."""
+
+    index: int
+    id: int
+    text: str
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,22 @@ class _Beams:
         self.finished: list[tuple[float, _Hyp]] = []  # (score, hypothesis), best first
         self.encoder_attention: list[np.ndarray] = []
         self.done = False
+        self.text = TextStream(model.tokenizer) if seq.params.stream else None
+        self.streamed = 0  # tokens of the (single) hypothesis already emitted
+
+    def pieces(self, children: list[tuple[int, _Hyp]]) -> list[TranslationPiece]:
+        """Stream the greedy hypothesis: its tokens not yet emitted, with the text they complete."""
+        if self.text is None:
+            return []
+        hyp = children[0][1] if children else self.finished[0][1]
+        pieces = []
+        for token in hyp.tokens[self.streamed :]:
+            pieces.append(TranslationPiece(self.streamed, token, self.text.push(token)))
+            self.streamed += 1
+        if self.done and pieces:
+            last = pieces[-1]
+            pieces[-1] = TranslationPiece(last.index, last.id, last.text + self.text.finish())
+        return pieces
 
     def score(self, hyp: _Hyp) -> float:
         return float(hyp.logprob / (len(hyp.tokens) ** self.params.length_penalty))
@@ -295,6 +323,7 @@ class TranslationBatch:
         for b, count in zip(self.beams, self.counts, strict=True):
             rows = slice(start, start + count)
             children = b.advance(self.hyps[rows], logits[rows], logp[rows])
+            emits += [Emit(b.seq, piece) for piece in b.pieces(children)]
             if b.done:
                 emits.append(Emit(b.seq, m.result(b), final=True))
             else:
@@ -406,6 +435,10 @@ class TranslationService:
             raise InvalidInput(f"must be <= num_beams ({params.num_beams})", "n_best")
         if params.sampling is not None and params.num_beams > 1:
             raise InvalidInput("sampling works with num_beams=1 only", "do_sample")
+        if params.stream and params.num_beams > 1:
+            raise InvalidInput("streaming works with num_beams=1 only (beam search revises earlier tokens)", "stream")
+        if params.stream and items > 1:
+            raise InvalidInput("streaming takes one text per request", "text")
         if params.max_new_tokens is not None and params.max_new_tokens > self.max_target_tokens:
             raise InvalidInput(f"must be <= {self.max_target_tokens}", "max_new_tokens")
         if params.return_attention and not self.model.decoder_attention:
@@ -432,9 +465,7 @@ class TranslationService:
             self.scheduler.submit(list(sequences))
             await collect([self._result(seq, None) for seq in sequences])
 
-    async def translate(
-        self, texts: list[str], fields: list[str], params: TranslationParams
-    ) -> list[TranslationResult]:
+    def _submit(self, texts: list[str], fields: list[str], params: TranslationParams) -> list[TranslationSequence]:
         self.check(params, len(texts))
         sources = self.tokenize(texts, fields)
         sequences = [
@@ -445,8 +476,24 @@ class TranslationService:
             for seq in sequences:
                 check_length(len(seq.src_ids) + seq.max_new_tokens)
         self.scheduler.submit(list(sequences))
-        deadline = time.monotonic() + self.settings.request_timeout_s
+        return sequences
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.settings.request_timeout_s
+
+    async def translate(
+        self, texts: list[str], fields: list[str], params: TranslationParams
+    ) -> list[TranslationResult]:
+        sequences = self._submit(texts, fields, params)
+        deadline = self._deadline()
         return await collect([self._result(seq, deadline) for seq in sequences])
+
+    def stream(
+        self, texts: list[str], fields: list[str], params: TranslationParams
+    ) -> AsyncIterator[TranslationPiece | TranslationResult]:
+        """One text, greedy or sampled: a TranslationPiece per target token, then the TranslationResult."""
+        (seq,) = self._submit(texts, fields, replace(params, stream=True))
+        return seq.stream(self._deadline())
 
     async def _result(self, seq: TranslationSequence, deadline: float | None) -> TranslationResult:
         result = None

@@ -1,24 +1,10 @@
 import asyncio
-import json
-from typing import Any
 
 import numpy as np
 import pytest
+from sse_events import events
 
 from service.engine.streaming import REPLACEMENT
-
-
-def events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
-    """Parse an SSE body: each event's bytes must be valid UTF-8 on their own."""
-    parsed = []
-    for block in body.split(b"\n\n"):
-        if not block.strip():
-            continue
-        lines = block.decode("utf-8").split("\n")  # raises if a character was split across events
-        name = next(line[7:] for line in lines if line.startswith("event: "))
-        data = json.loads(next(line[6:] for line in lines if line.startswith("data: ")))
-        parsed.append((name, data))
-    return parsed
 
 
 async def test_generate(served) -> None:

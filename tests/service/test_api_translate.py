@@ -1,4 +1,5 @@
 import numpy as np
+from sse_events import events
 
 
 async def test_translate_one_and_many(served) -> None:
@@ -49,6 +50,8 @@ BAD_TRANSLATE = [
     ({"text": "word " * 200}, 422, "text"),
     ({"text": 5}, 422, "text"),
     ({"text": "hi", "beams": 2}, 422, "beams"),
+    ({"text": "hi", "stream": True, "num_beams": 2}, 422, "stream"),
+    ({"text": ["hi", "ho"], "stream": True, "num_beams": 1}, 422, "text"),
 ]
 
 
@@ -64,3 +67,23 @@ async def test_num_beams_beyond_batch_rows(serving) -> None:
     async with serving(max_batch_size=2) as s:
         r = await s.client.post("/v1/translate", json={"text": "hi", "num_beams": 3})
         assert r.status_code == 422 and r.json()["error"]["field"] == "num_beams"
+
+
+async def test_stream_matches_the_whole_translation(served) -> None:
+    req = {"text": "In the beginning God created the heavens.", "num_beams": 1, "max_new_tokens": 9}
+    whole = (await served.client.post("/v1/translate", json=req)).json()["translations"][0]
+    r = await served.client.post("/v1/translate", json={**req, "stream": True})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    parsed = events(r.content)
+    tokens, (last_name, done) = parsed[:-1], parsed[-1]
+    assert [name for name, _ in tokens] == ["token"] * whole["output_tokens"] and last_name == "done"
+    assert [d["index"] for _, d in tokens] == list(range(whole["output_tokens"]))
+    assert done["translation"] == whole
+    assert "".join(d["text"] for _, d in tokens) == whole["text"]
+
+
+async def test_stream_of_a_sampled_translation_is_seeded(served) -> None:
+    req = {"text": "Hello world", "num_beams": 1, "do_sample": True, "seed": 5, "max_new_tokens": 6}
+    whole = (await served.client.post("/v1/translate", json=req)).json()["translations"][0]
+    streamed = events((await served.client.post("/v1/translate", json={**req, "stream": True})).content)
+    assert streamed[-1][1]["translation"] == whole

@@ -5,7 +5,13 @@ import itertools
 
 from service.engine.generation import GenerationParams
 from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationParams, TranslationResult, TranslationService, banned_ngram_tokens
+from service.engine.translation import (
+    TranslationParams,
+    TranslationPiece,
+    TranslationResult,
+    TranslationService,
+    banned_ngram_tokens,
+)
 
 TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
 
@@ -30,6 +36,25 @@ async def test_batched_equals_alone_for_greedy_and_beams(serving) -> None:
         concurrent = await asyncio.gather(*(translate(s.engine.translator, [t], p) for p in settings for t in TEXTS))
     assert [r for rs in together for r in rs] == [r[0] for r in alone]
     assert [summary(r) for r in concurrent] == alone
+
+
+async def test_streamed_sequence_beside_a_batch_gets_its_own_tokens(serving) -> None:
+    """A stream that shares decode steps with other requests (greedy and beams) gets exactly its tokens."""
+    params = TranslationParams(num_beams=1, max_new_tokens=10)
+    async with serving(max_batch_size=32) as s:
+        tr = s.engine.translator
+        (alone,) = await translate(tr, [TEXTS[0]], params)
+
+        async def stream() -> list[TranslationPiece | TranslationResult]:
+            return [event async for event in tr.stream([TEXTS[0]], ["text"], params)]
+
+        streamed, *_ = await asyncio.gather(
+            stream(), translate(tr, TEXTS, params), translate(tr, TEXTS[1:], TranslationParams(num_beams=3))
+        )
+    *pieces, result = streamed
+    assert isinstance(result, TranslationResult) and summary([result]) == summary([alone])
+    assert [p.id for p in pieces] == list(alone.hypotheses[0].token_ids)
+    assert "".join(p.text for p in pieces) == alone.hypotheses[0].text
 
 
 async def test_beam_search_returns_sorted_distinct_hypotheses(served) -> None:
