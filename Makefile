@@ -33,8 +33,8 @@ run: $(VENV)/.installed-base
 
 # Minutes per model on 2 CPU cores (the committed artifacts used these; see README "Models and training").
 TRANSLATOR_MINUTES ?= 85
-GENERATOR_MINUTES ?= 35
-CLASSIFIER_MINUTES ?= 25
+GENERATOR_MINUTES ?= 90
+CLASSIFIER_MINUTES ?= 75
 
 artifacts: $(VENV)/.installed-dev
 	$(PY) -m scripts.prepare_data

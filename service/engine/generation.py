@@ -274,15 +274,7 @@ class GenerationService:
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
-        self.scheduler = Scheduler(
-            self.name,
-            self.model,
-            max_rows=settings.max_batch_size,
-            max_queue_size=settings.max_queue_size,
-            max_wait_s=settings.max_wait_ms / 1000,
-            executor=executor,
-            metrics=metrics,
-        )
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
 
     @property
     def max_prompt_tokens(self) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, RequestTimeout
 from service.engine.metrics import Metrics
+from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,20 @@ class Scheduler:
         self._batch: DecodeBatch | None = None
         self._arrived = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(
+        cls, name: str, model: DecodeModel, settings: Settings, executor: Executor, metrics: Metrics
+    ) -> Scheduler:
+        return cls(
+            name,
+            model,
+            max_rows=settings.max_batch_size,
+            max_queue_size=settings.max_queue_size,
+            max_wait_s=settings.max_wait_ms / 1000,
+            executor=executor,
+            metrics=metrics,
+        )
 
     @property
     def running(self) -> int:

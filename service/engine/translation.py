@@ -409,15 +409,7 @@ class TranslationService:
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
         self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
-        self.scheduler = Scheduler(
-            self.name,
-            self.model,
-            max_rows=settings.max_batch_size,
-            max_queue_size=settings.max_queue_size,
-            max_wait_s=settings.max_wait_ms / 1000,
-            executor=executor,
-            metrics=metrics,
-        )
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
 
     @property
     def max_source_tokens(self) -> int:
