@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
-from service.api.sse import event_stream, sse
+from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import (
     GenerationParams,
     GenerationResult,
@@ -20,14 +20,10 @@ from service.engine.sampling import SamplingParams
 
 router = APIRouter(tags=["generation"])
 
-STREAM_DOC: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "JSON, or with `stream: true` an event stream: `event: token` per token "
-        "(`{type, index, id, text, special, logprob?}`), then `event: done` (`{type, text, finish_reason, "
-        "usage, seed}`), or `event: error` (`{type, error}`) if generation fails after the first event.",
-        "content": {"text/event-stream": {}},
-    }
-}
+STREAM_DOC = stream_doc(
+    "`event: token` per token (`{type, index, id, text, special, logprob?}`), then `event: done` "
+    "(`{type, text, finish_reason, usage, seed}`)"
+)
 
 
 def _sequence(generator: GenerationService, body: GenerateRequest) -> GenerationSequence:

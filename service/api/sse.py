@@ -16,6 +16,15 @@ from service.engine.errors import EngineError
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+def stream_doc(events: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for a route that answers JSON, or an event stream with `stream: true`."""
+    description = (
+        f"JSON, or with `stream: true` an event stream: {events}, "
+        "or `event: error` (`{type, error}`) if it fails after the first event."
+    )
+    return {200: {"description": description, "content": {"text/event-stream": {}}}}
+
+
 def sse(data: Any, event: str | None = None) -> str:
     """One event. JSON keeps newlines out of `data:`; non-ASCII goes out as UTF-8 (whole characters)."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))

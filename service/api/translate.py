@@ -9,20 +9,16 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
-from service.api.sse import event_stream, sse
+from service.api.sse import event_stream, sse, stream_doc
 from service.engine.sampling import SamplingParams
 from service.engine.translation import TranslationParams, TranslationPiece, TranslationResult
 
 router = APIRouter(tags=["translation"])
 
-STREAM_DOC: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "JSON, or with `stream: true` an event stream: `event: token` per target token "
-        "(`{type, index, id, text}`), then `event: done` (`{type, translation}`, the same object as in "
-        "`translations`), or `event: error` (`{type, error}`) if translation fails after the first event.",
-        "content": {"text/event-stream": {}},
-    }
-}
+STREAM_DOC = stream_doc(
+    "`event: token` per target token (`{type, index, id, text}`), then `event: done` "
+    "(`{type, translation}`, the same object as in `translations`)"
+)
 
 
 def _params(body: TranslateRequest) -> TranslationParams:
