@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -53,6 +54,8 @@ class Cell:
     ttfts: list[float] = field(default_factory=list, repr=False)
     tokens: int = 0
     errors: int = 0
+    server_cores: float | None = None  # the server's CPU time / wall time during the cell
+    queue_depth: float | None = None  # mean of serve_queue_depth (all models) sampled during the cell
 
     def summary(self) -> dict[str, Any]:
         def pct(values: list[float], q: float) -> float | None:
@@ -69,6 +72,8 @@ class Cell:
             "p99_ms": pct(self.latencies, 99),
             "ttft_p50_ms": pct(self.ttfts, 50),
             "ttft_p99_ms": pct(self.ttfts, 99),
+            "server_cores": self.server_cores,
+            "queue_depth": self.queue_depth,
         }
 
 
@@ -196,6 +201,29 @@ async def drive(base_url: str, name: str, call: Client, concurrency: int, reques
     return cell
 
 
+async def sample_queue_depth(base_url: str, samples: list[float], period_s: float = 0.1) -> None:
+    """Append the server's total serve_queue_depth every `period_s` until cancelled: the signal the
+    Kubernetes autoscaler scales on (deploy/kubernetes/components/keda-queue-depth)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=5) as client:
+        while True:
+            lines = (await client.get("/metrics")).text.splitlines()
+            samples.append(sum(float(x.rpartition(" ")[2]) for x in lines if x.startswith("serve_queue_depth{")))
+            await asyncio.sleep(period_s)
+
+
+async def drive_sampled(base_url: str, name: str, call: Client, concurrency: int, requests: int) -> Cell:
+    """`drive`, with the queue depth sampled alongside."""
+    samples: list[float] = []
+    sampler = asyncio.create_task(sample_queue_depth(base_url, samples))
+    try:
+        cell = await drive(base_url, name, call, concurrency, requests)
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    cell.queue_depth = round(statistics.fmean(samples), 2) if samples else None
+    return cell
+
+
 # --- the server --------------------------------------------------------------------------------------
 
 
@@ -240,6 +268,16 @@ class Server:
     def __enter__(self) -> Server:
         self.wait_ready()
         return self
+
+    def peak_rss_mb(self) -> float:
+        """The server's peak resident memory so far (VmHWM, Linux): what a container's memory limit must hold."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) / 1024, 1)
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server has used so far: cores busy = its growth / wall time."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def __exit__(self, *exc: object) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -312,19 +350,26 @@ def kv_cache_vs_recompute(artifacts: Path, threads: int, prompt_len: int, new_to
 # --- the run -----------------------------------------------------------------------------------------
 
 
-def run_matrix(server: Server, clients: dict[str, Client], scale: float) -> list[Cell]:
+def run_matrix(
+    server: Server, clients: dict[str, Client], scale: float, concurrency: tuple[int, ...] = CONCURRENCY
+) -> list[Cell]:
     cells = []
     for name, call in clients.items():
-        for c in CONCURRENCY:
+        for c in concurrency:
             requests = max(c * 2, int(round(c * 4 * scale)), 8)
-            cell = asyncio.run(drive(server.url, name, call, c, requests))
+            cpu_before = server.cpu_seconds()
+            cell = asyncio.run(drive_sampled(server.url, name, call, c, requests))
+            cell.server_cores = round((server.cpu_seconds() - cpu_before) / cell.seconds, 2)
             print(f"  {name:<12} c={c:<3} {cell.summary()['requests_per_s']:>8} req/s", flush=True)
             cells.append(cell)
     return cells
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = ["endpoint", "concurrency", "requests_per_s", "tokens_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "errors"]
+    cols = [
+        "endpoint", "concurrency", "requests_per_s", "tokens_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "server_cores",
+        "queue_depth", "errors",
+    ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
@@ -336,8 +381,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="SERVE_INTRA_OP_THREADS (0: ORT default)")
     parser.add_argument("--scale", type=float, default=1.0, help="requests per cell, relative")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generated tokens per generation request")
+    parser.add_argument(
+        "--concurrency",
+        type=lambda text: tuple(int(c) for c in text.split(",")),
+        default=CONCURRENCY,
+        help="comma-separated concurrency levels of the endpoint matrix",
+    )
+    parser.add_argument("--quantization", choices=("none", "int8"), default="none", help="SERVE_QUANTIZATION")
     parser.add_argument("--out", type=Path, default=REPO / "bench_results")
     args = parser.parse_args()
+    if 32 not in args.concurrency:
+        parser.error("--concurrency must include 32 (the batching comparison runs at 32)")
     missing = [
         m for m in ("translator", "generator", "classifier") if not (args.artifacts / m / "config.json").is_file()
     ]
@@ -358,14 +412,16 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "threads": args.threads,
         "max_new_tokens": n,
+        "quantization": args.quantization,
     }
 
     print("batching on (SERVE_MAX_BATCH_SIZE=32)", flush=True)
-    with Server(args.artifacts, args.threads, max_batch_size=32) as server:
-        cells = run_matrix(server, clients, args.scale)
+    with Server(args.artifacts, args.threads, max_batch_size=32, quantization=args.quantization) as server:
+        cells = run_matrix(server, clients, args.scale, args.concurrency)
         streams_on = asyncio.run(drive(server.url, "generate", generate(n), 16, max(32, int(48 * args.scale))))
+        results["server_peak_rss_mb"] = server.peak_rss_mb()
     print("batching off (SERVE_MAX_BATCH_SIZE=1)", flush=True)
-    with Server(args.artifacts, args.threads, max_batch_size=1) as server:
+    with Server(args.artifacts, args.threads, max_batch_size=1, quantization=args.quantization) as server:
         classify_off = asyncio.run(drive(server.url, "classify", classify, 32, max(64, int(128 * args.scale))))
         streams_off = asyncio.run(drive(server.url, "generate", generate(n), 16, max(32, int(48 * args.scale))))
     classify_on = next(c for c in cells if c.endpoint == "classify" and c.concurrency == 32)
@@ -416,7 +472,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "bench.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {path}")
+    print(f"\nserver peak RSS (VmHWM) after the matrix: {results['server_peak_rss_mb']} MB")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
