@@ -1,0 +1,339 @@
+"""Hugging Face protocols, so `huggingface_hub.InferenceClient` (and TGI/TEI clients) work as they are:
+
+- TGI: `POST /generate`, `POST /generate_stream` (its SSE token/details events), `GET /info`;
+- `POST /` and `POST /models/{name}` dispatch by the model's task, taking the Inference API's
+  `{"inputs": ..., "parameters": ...}`: text-generation (TGI's shape; a list back, or a stream),
+  text-classification (`[[{label, score}, ...]]`) and translation (`[{translation_text}]`).
+  `POST /` is the default model (the generator where it is loaded); `GET /models/{name}/info` and
+  `/models/{name}/health` answer for one model.
+
+Unknown fields in `parameters` are ignored, as TGI and the Inference API do; a known one that this
+server cannot honour (grammar, watermark, best_of > 1, typical_p, adapters) is a 422.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.errors import ApiError
+from service.api.schemas import MAX_SEED, NonEmptyText
+from service.api.served import Service, service_named, services
+from service.api.sse import event_stream
+from service.engine.classification import ClassificationService
+from service.engine.engine import Engine
+from service.engine.generation import GenerationParams, GenerationResult, GenerationService, TokenEvent
+from service.engine.sampling import SamplingParams
+from service.engine.translation import TranslationParams, TranslationService
+
+router = APIRouter(tags=["hugging face"])
+
+PIPELINE_TAGS = {"generation": "text-generation", "translation": "translation", "classification": "text-classification"}
+FINISH = {"eos": "eos_token", "stop": "stop_sequence", "length": "length"}
+MAX_STOP = 4
+
+
+class _Lenient(BaseModel):
+    """TGI and the Inference API ignore fields they do not know; types are still checked strictly."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class TgiParameters(_Lenient):
+    max_new_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, gt=0.0, le=10.0)
+    top_k: int | None = Field(None, ge=1)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    do_sample: bool = False
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop: Annotated[list[NonEmptyText], Field(max_length=MAX_STOP)] = Field(default_factory=list)
+    details: bool = False
+    decoder_input_details: bool = False
+    return_full_text: bool = False
+    top_n_tokens: int | None = Field(None, ge=0, le=5)
+    truncate: int | None = Field(None, ge=1, description="keep only the last `truncate` prompt tokens")
+    # Accepted only at their neutral values:
+    best_of: int | None = Field(None, ge=1, le=1)
+    typical_p: float | None = Field(None, ge=1.0, le=1.0, description="typical decoding is not supported")
+    watermark: Literal[False] = False
+    grammar: None = None
+    adapter_id: None = None
+
+
+class TgiRequest(_Lenient):
+    inputs: NonEmptyText
+    parameters: TgiParameters = Field(default_factory=TgiParameters)
+    stream: bool = False
+
+
+class TextPair(_Lenient):
+    text: NonEmptyText
+    text_pair: NonEmptyText
+
+
+class ClassificationParameters(_Lenient):
+    top_k: int | None = Field(None, ge=1)
+    function_to_apply: Literal["softmax"] | None = Field(None, description="the classifier's scores are a softmax")
+
+
+class ClassificationRequest(_Lenient):
+    inputs: NonEmptyText | TextPair | Annotated[list[NonEmptyText | TextPair], Field(min_length=1)]
+    parameters: ClassificationParameters = Field(default_factory=ClassificationParameters)
+
+
+class TranslationGenerateParameters(_Lenient):
+    max_new_tokens: int | None = Field(None, ge=1)
+    num_beams: int = Field(4, ge=1, le=16)
+    length_penalty: float = Field(1.0, ge=0.0, le=10.0)
+    no_repeat_ngram_size: int = Field(0, ge=0, le=16)
+
+
+class TranslationParameters(_Lenient):
+    src_lang: Literal["en", "eng_Latn", "en_XX", "English"] | None = None
+    tgt_lang: Literal["fr", "fra_Latn", "fr_XX", "French"] | None = None
+    generate_parameters: TranslationGenerateParameters = Field(default_factory=TranslationGenerateParameters)
+
+
+class TranslationRequest(_Lenient):
+    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    parameters: TranslationParameters = Field(default_factory=TranslationParameters)
+
+
+def _validated(model: type[BaseModel], payload: Any) -> Any:
+    """Validate a body that was read as plain JSON (dispatch routes) with the project's 422 shape."""
+    try:
+        return TypeAdapter(model).validate_python(payload)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+
+
+# --- text generation (TGI) ----------------------------------------------------------------------
+
+
+def _generation_params(p: TgiParameters, generator: GenerationService, prompt_ids: list[int]) -> GenerationParams:
+    sampled = p.do_sample or any(x is not None for x in (p.temperature, p.top_k, p.top_p))  # as TGI decides
+    sampling = SamplingParams(
+        temperature=(p.temperature or 1.0) if sampled else 0.0,
+        top_k=p.top_k or 0,
+        top_p=p.top_p or 1.0,
+        repetition_penalty=p.repetition_penalty or 1.0,
+        frequency_penalty=p.frequency_penalty or 0.0,
+        seed=p.seed,
+    )
+    return GenerationParams(
+        max_new_tokens=generator.new_tokens(prompt_ids, p.max_new_tokens),
+        sampling=sampling,
+        stop=tuple(p.stop),
+        logprobs=p.top_n_tokens or 0,
+    )
+
+
+def _prompt_ids(generator: GenerationService, body: TgiRequest) -> list[int]:
+    ids = generator.tokenizer.encode(body.inputs).ids
+    if body.parameters.truncate is not None:
+        ids = ids[-body.parameters.truncate :]
+    return generator.tokenize(ids, "inputs")
+
+
+def _token(event: TokenEvent) -> dict[str, Any]:
+    return {"id": event.id, "text": event.text, "logprob": event.logprob, "special": event.special}
+
+
+def _top_tokens(event: TokenEvent) -> list[dict[str, Any]]:
+    return [{"id": t.id, "text": t.text, "logprob": t.logprob, "special": False} for t in event.top_logprobs or []]
+
+
+async def _prefill(generator: GenerationService, ids: list[int], deadline: float) -> list[dict[str, Any]]:
+    (scores,) = await generator.scorer.score([ids], 0, deadline)
+    return [{"id": s.id, "text": generator.tokenizer.decode([s.id]), "logprob": s.logprob} for s in scores]
+
+
+async def _tgi_generate(generator: GenerationService, body: TgiRequest, request: Request) -> dict[str, Any]:
+    p = body.parameters
+    ids = _prompt_ids(generator, body)
+    seq = generator.sequence(ids, _generation_params(p, generator, ids))
+    deadline = generator.deadline()
+    prefill = await _prefill(generator, ids, deadline) if p.details and p.decoder_input_details else []
+    generator.submit([seq])
+    result: GenerationResult = await unless_disconnected(request, generator.result(seq, deadline))
+    text = (body.inputs + result.text) if p.return_full_text else result.text
+    answer: dict[str, Any] = {"generated_text": text}
+    if p.details:
+        answer["details"] = {
+            "finish_reason": FINISH[result.finish_reason],
+            "generated_tokens": result.completion_tokens,
+            "seed": result.seed if p.seed is not None or p.do_sample else None,
+            "prefill": prefill,
+            "tokens": [_token(t) for t in result.tokens],
+            "top_tokens": [_top_tokens(t) for t in result.tokens] if p.top_n_tokens else None,
+            "best_of_sequences": None,
+        }
+    return answer
+
+
+def _tgi_error(type: str, message: str, field: str | None) -> str:
+    """TGI's in-stream error event: `{"error": message, "error_type": kind}`."""
+    return f"data: {json.dumps({'error': message, 'error_type': type, 'field': field})}\n\n"
+
+
+async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: Request) -> Any:
+    p = body.parameters
+    ids = _prompt_ids(generator, body)
+    seq = generator.sequence(ids, _generation_params(p, generator, ids))
+    generator.submit([seq])
+    events: AsyncIterator[TokenEvent | GenerationResult] = generator.events(seq, generator.deadline())
+    held: list[TokenEvent] = []  # one token is held back: the last one goes out with the text and details
+
+    def render(event: TokenEvent | GenerationResult) -> str:
+        if isinstance(event, TokenEvent):
+            out = _tgi_chunk(held[0], p, None, None) if held else ""
+            held[:] = [event]
+            return out
+        text = (body.inputs + event.text) if p.return_full_text else event.text
+        details = {
+            "finish_reason": FINISH[event.finish_reason],
+            "generated_tokens": event.completion_tokens,
+            "seed": event.seed,
+            "input_length": len(ids),
+        }
+        return _tgi_chunk(held[0], p, text, details)
+
+    return await event_stream(request, events, render, _tgi_error)
+
+
+def _tgi_chunk(token: TokenEvent, p: TgiParameters, text: str | None, details: dict[str, Any] | None) -> str:
+    chunk = {
+        "index": token.index + 1,
+        "token": _token(token),
+        "top_tokens": _top_tokens(token) if p.top_n_tokens else None,
+        "generated_text": text,
+        "details": details,
+    }
+    return f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+async def _tgi(generator: GenerationService, body: TgiRequest, request: Request, as_list: bool) -> Any:
+    if body.stream:
+        return await _tgi_stream(generator, body, request)
+    answer = await _tgi_generate(generator, body, request)
+    return [answer] if as_list else answer
+
+
+def _generator(engine: Engine) -> GenerationService:
+    return engine.require_generator()
+
+
+@router.post("/generate", summary="TGI: generate text")
+async def tgi_generate(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
+    return await _tgi(_generator(engine), body, request, as_list=False)
+
+
+@router.post("/generate_stream", summary="TGI: generate text as Server-Sent Events")
+async def tgi_generate_stream(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
+    return await _tgi(_generator(engine), body.model_copy(update={"stream": True}), request, as_list=False)
+
+
+# --- classification and translation (Inference API shapes) ----------------------------------------
+
+
+async def _classify(classifier: ClassificationService, body: ClassificationRequest, request: Request) -> Any:
+    items = body.inputs if isinstance(body.inputs, list) else [body.inputs]
+    inputs = [x if isinstance(x, str) else (x.text, x.text_pair) for x in items]
+    fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(items))]
+    results = await unless_disconnected(request, classifier.classify(inputs, fields))
+    k = body.parameters.top_k
+    ranked = [sorted(r.scores.items(), key=lambda kv: -kv[1])[:k] for r in results]
+    return [[{"label": label, "score": score} for label, score in labels] for labels in ranked]
+
+
+async def _translate(translator: TranslationService, body: TranslationRequest, request: Request) -> Any:
+    texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
+    fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
+    g = body.parameters.generate_parameters
+    params = TranslationParams(
+        num_beams=g.num_beams,
+        length_penalty=g.length_penalty,
+        max_new_tokens=g.max_new_tokens,
+        no_repeat_ngram_size=g.no_repeat_ngram_size,
+    )
+    results = await unless_disconnected(request, translator.translate(texts, fields, params))
+    return [{"translation_text": r.hypotheses[0].text} for r in results]
+
+
+async def _dispatch(service: Service, payload: Any, request: Request) -> Any:
+    if isinstance(service, GenerationService):
+        return await _tgi(service, _validated(TgiRequest, payload), request, as_list=True)
+    if isinstance(service, ClassificationService):
+        return await _classify(service, _validated(ClassificationRequest, payload), request)
+    return await _translate(service, _validated(TranslationRequest, payload), request)
+
+
+_PAYLOAD = Body(
+    description="`{inputs, parameters}`: TGI's generate request for a generator, the Inference API's "
+    "text-classification or translation request for the others"
+)
+
+
+@router.post("/", summary="The default model (the generator where loaded), by its task")
+async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
+    return await _dispatch(service_named(engine, None), payload, request)
+
+
+@router.post("/models/{name}", summary="One model, by its task (the Inference API's URL shape)")
+async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
+    return await _dispatch(service_named(engine, name, field="name"), payload, request)
+
+
+# --- info and health ------------------------------------------------------------------------------
+
+
+def _info(engine: Engine, service: Service) -> dict[str, Any]:
+    a = service.artifact
+    settings = engine.settings
+    info = engine.models[service.name]
+    provider = next(iter(info.sessions.values())).provider
+    return {
+        "model_id": service.name,
+        "model_sha": None,
+        "model_dtype": "float32",
+        "model_device_type": "cuda" if provider.startswith("CUDA") else "cpu",
+        "model_pipeline_tag": PIPELINE_TAGS[a.task],
+        "max_concurrent_requests": settings.max_queue_size,
+        "max_best_of": 1,
+        "max_stop_sequences": MAX_STOP,
+        "max_input_tokens": min(settings.max_input_tokens, a.max_positions - 1),
+        "max_total_tokens": a.max_positions,
+        "max_client_batch_size": settings.max_queue_size,
+        "validation_workers": 1,
+        "router": "transformer-serving",
+        "version": "0.1.0",
+        "sha": None,
+        "docker_label": None,
+        "models": sorted(services(engine)),
+    }
+
+
+@router.get("/info", summary="TGI: what is served (the default model)")
+async def info(engine: EngineDep) -> dict[str, Any]:
+    return _info(engine, service_named(engine, None))
+
+
+@router.get("/models/{name}/info", summary="TGI's /info for one model")
+async def model_info(name: str, engine: EngineDep) -> dict[str, Any]:
+    return _info(engine, service_named(engine, name, field="name"))
+
+
+@router.get("/models/{name}/health", summary="200 once this model is ready (InferenceClient.health_check)")
+async def model_health(name: str, engine: EngineDep) -> JSONResponse:
+    service_named(engine, name, field="name")
+    ready = engine.ready and not engine.draining and engine.failure is None
+    return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)

@@ -1,0 +1,29 @@
+"""Which loaded model a request means: by name, or the default one (the generator where it is loaded,
+as the protocols that name no model — TGI, vLLM's tokenizer routes — are about text generation)."""
+
+from __future__ import annotations
+
+from service.api.errors import ApiError
+from service.engine.classification import ClassificationService
+from service.engine.engine import Engine
+from service.engine.generation import GenerationService
+from service.engine.translation import TranslationService
+
+Service = TranslationService | GenerationService | ClassificationService
+
+
+def services(engine: Engine) -> dict[str, Service]:
+    loaded = (engine.generator, engine.translator, engine.classifier)
+    return {s.name: s for s in loaded if s is not None}
+
+
+def service_named(engine: Engine, name: str | None, field: str = "model") -> Service:
+    by_name = services(engine)
+    if name is None:
+        if not by_name:
+            raise ApiError(503, "unavailable", "no model is loaded")
+        return next(iter(by_name.values()))
+    if name not in by_name:
+        served = ", ".join(repr(n) for n in by_name)
+        raise ApiError(404, "model_not_found", f"model {name!r} is not served here; served: {served}", field)
+    return by_name[name]

@@ -1,0 +1,195 @@
+// The playground: calls this server's API and draws the attention maps it returns.
+// Plain browser JavaScript (no build step); the heat map is one canvas, one pixel block per weight.
+"use strict";
+
+const CELL = 18; // px per heat map cell (matches --cell in playground.css)
+
+// --- API calls ---------------------------------------------------------------------------------
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  const key = document.getElementById("api-key").value.trim();
+  if (key) h.Authorization = `Bearer ${key}`;
+  return h;
+}
+
+async function postJSON(path, body) {
+  const response = await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.error ? data.error.message : `HTTP ${response.status}`);
+  return data;
+}
+
+// POST, then read Server-Sent Events as they arrive: onEvent(name, data) per event.
+async function postSSE(path, body, onEvent) {
+  const response = await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  if (!response.ok) {
+    const data = await response.json();
+    throw new Error(data.error ? data.error.message : `HTTP ${response.status}`);
+  }
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) name = line.slice(7);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+        // lines starting with ":" are keep-alive comments
+      }
+      if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+// --- heat map ------------------------------------------------------------------------------------
+
+// Perceptually ordered colours (viridis stops), interpolated.
+const STOPS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+function colour(v) {
+  const x = Math.min(1, Math.max(0, v)) * (STOPS.length - 1);
+  const i = Math.min(STOPS.length - 2, Math.floor(x));
+  const t = x - i;
+  return STOPS[i].map((c, k) => Math.round(c + t * (STOPS[i + 1][k] - c)));
+}
+
+function tokenLabel(token) {
+  return (token ?? "?").replace(/^Ġ/, "·").replace(/^▁/, "·").replace(/^##/, "");
+}
+
+// spec: {layers, heads, headChoices: [[value, label]], matrix(layer, head) -> {rows, cols, values}}
+function drawHeatmap(container, spec) {
+  container.replaceChildren(document.getElementById("heatmap-template").content.cloneNode(true));
+  const layerSelect = container.querySelector('[data-role="layer"]');
+  const headSelect = container.querySelector('[data-role="head"]');
+  for (let l = 0; l < spec.layers; l++) layerSelect.add(new Option(`${l + 1} of ${spec.layers}`, String(l)));
+  for (const [value, label] of spec.headChoices) headSelect.add(new Option(label, value));
+  layerSelect.value = String(spec.layers - 1);
+
+  const render = () => {
+    const m = spec.matrix(Number(layerSelect.value), headSelect.value);
+    const canvas = container.querySelector("canvas");
+    canvas.width = m.cols.length * CELL;
+    canvas.height = m.rows.length * CELL;
+    canvas.dataset.rows = String(m.rows.length);
+    canvas.dataset.cols = String(m.cols.length);
+    const ctx = canvas.getContext("2d");
+    const peak = Math.max(1e-9, ...m.values.flat());
+    m.values.forEach((row, r) => row.forEach((v, c) => {
+      const [red, green, blue] = colour(v / peak);
+      ctx.fillStyle = `rgb(${red},${green},${blue})`;
+      ctx.fillRect(c * CELL, r * CELL, CELL, CELL);
+    }));
+    canvas.title = "brighter = more attention (scaled to the largest weight shown)";
+    const label = (text) => Object.assign(document.createElement("span"), { textContent: tokenLabel(text), title: text });
+    container.querySelector(".col-labels").replaceChildren(...m.cols.map(label));
+    container.querySelector(".row-labels").replaceChildren(...m.rows.map(label));
+  };
+  layerSelect.addEventListener("change", render);
+  headSelect.addEventListener("change", render);
+  render();
+}
+
+const mean = (maps) => maps[0].map((row, r) => row.map((_, c) => maps.reduce((s, m) => s + m[r][c], 0) / maps.length));
+
+// layers[L][H][rows][cols]: "mean" averages the heads.
+function headMatrix(layers, layer, head) {
+  return head === "mean" ? mean(layers[layer]) : layers[layer][Number(head)];
+}
+
+function headChoices(heads, first) {
+  return [first, ...Array.from({ length: heads }, (_, h) => [String(h), `${h + 1} of ${heads}`])];
+}
+
+// --- the three tasks -----------------------------------------------------------------------------
+
+const tasks = {
+  async translate(form, output, heatmap) {
+    const data = await postJSON("/v1/translate", {
+      text: form.text.value, num_beams: Number(form.num_beams.value), return_attention: true,
+    });
+    const t = data.translations[0];
+    output.textContent = t.text;
+    const a = t.attention;
+    drawHeatmap(heatmap, {
+      layers: a.cross.length,
+      headChoices: headChoices(a.cross[0].length, ["mean", "mean of heads"]),
+      matrix: (l, h) => ({ rows: a.target_tokens, cols: a.source_tokens, values: headMatrix(a.cross, l, h) }),
+    });
+  },
+
+  async generate(form, output, heatmap) {
+    output.replaceChildren(Object.assign(document.createElement("span"), { className: "prompt", textContent: form.prompt.value }));
+    const generated = document.createElement("span");
+    generated.dataset.role = "generated";
+    output.append(generated);
+    const body = {
+      prompt: form.prompt.value, max_new_tokens: Number(form.max_new_tokens.value),
+      temperature: Number(form.temperature.value), stream: true, return_attention: true,
+    };
+    await postSSE("/v1/generate", body, (event, data) => {
+      if (event === "token") {
+        generated.append(Object.assign(document.createElement("span"), { className: "token", textContent: data.text }));
+      } else if (event === "error") {
+        throw new Error(data.error.message);
+      } else if (event === "done" && data.attention) {
+        const a = data.attention;
+        drawHeatmap(heatmap, {
+          layers: a.layers.length,
+          headChoices: headChoices(a.layers[0].length, ["mean", "mean of heads"]),
+          matrix: (l, h) => ({ rows: a.tokens, cols: a.tokens, values: headMatrix(a.layers, l, h) }),
+        });
+      }
+    });
+  },
+
+  async classify(form, output, heatmap) {
+    const data = await postJSON("/v1/classify", { text: form.text.value, return_attention: true });
+    const r = data.results[0];
+    output.textContent = `${r.label} (${(100 * r.score).toFixed(1)}%)`;
+    const a = r.attention;
+    const heads = a.layers[0].length;
+    drawHeatmap(heatmap, {
+      layers: a.layers.length,
+      headChoices: headChoices(heads, ["all", "all heads"]),
+      matrix: (l, h) => h === "all"
+        ? { rows: a.layers[l].map((_, i) => `head ${i + 1}`), cols: a.tokens, values: a.layers[l].map((m) => m[0]) }
+        : { rows: [`head ${Number(h) + 1}`], cols: a.tokens, values: [a.layers[l][Number(h)][0]] },
+    });
+  },
+};
+
+for (const form of document.querySelectorAll("form[data-task]")) {
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const panel = form.closest(".panel");
+    const output = panel.querySelector('[data-role="output"]');
+    const heatmap = panel.querySelector('[data-role="heatmap"]');
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    heatmap.replaceChildren();
+    output.textContent = "…";
+    try {
+      await tasks[form.dataset.task](form, output, heatmap);
+    } catch (error) {
+      output.replaceChildren(Object.assign(document.createElement("span"), { className: "error", textContent: error.message }));
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+for (const tab of document.querySelectorAll(".tab")) {
+  tab.addEventListener("click", () => {
+    for (const other of document.querySelectorAll(".tab")) other.setAttribute("aria-selected", String(other === tab));
+    for (const panel of document.querySelectorAll(".panel")) panel.hidden = panel.id !== tab.dataset.tab;
+  });
+}
