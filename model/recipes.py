@@ -5,18 +5,22 @@ Entry point: ``python -m scripts.train {translator,generator,classifier}``.
 
 from __future__ import annotations
 
+import json
+import math
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
+from torch import nn
 
 from model.card import count_parameters, write_card
 from model.config import TranslatorConfig
 from model.tokenization import SPECIAL_TOKENS
-from model.training import TrainSettings, load_weights, train
+from model.training import TrainSettings, TrainState, load_weights, train
 from model.translator import Translator
 
 
@@ -28,40 +32,126 @@ class RecipeArgs:
     tiny: bool = False  # tiny model and a few steps: a smoke test of the whole recipe
     resume: bool = True
     eval_limit: int | None = None  # evaluate on the first N test items (None = all)
+    cooldown_minutes: float = 0.0  # > 0: branch a cooldown off the stable run, evaluate it, write its card
+    artifacts_dir: Path = Path("artifacts")  # where committed weights are recovered from on a fresh machine
 
 
 def hardware() -> str:
     return f"{torch.get_num_threads()} CPU thread(s), {platform.processor() or platform.machine()}"
 
 
-def prepare_run(args: RecipeArgs, kind: str) -> Tokenizer:
+def prepare_run(args: RecipeArgs, kind: str, source: Path | None = None) -> Tokenizer:
     """Copy the tokenizer into the run folder (the run owns everything it was trained with)."""
     args.run_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_path = args.run_dir / "tokenizer.json"
     if not tokenizer_path.exists():
-        shutil.copyfile(args.data_dir / "tokenizers" / f"{kind}.json", tokenizer_path)
+        shutil.copyfile(source or args.data_dir / "tokenizers" / f"{kind}.json", tokenizer_path)
     return Tokenizer.from_file(str(tokenizer_path))
+
+
+@dataclass
+class StartingPoint:
+    """Where a stable (wsd) segment starts: the run folder, the committed artifact, or scratch."""
+
+    tokenizer: Tokenizer
+    weights: nn.Module | None  # recovered from the artifact; None: the run folder or a fresh model
+    state: TrainState | None  # totals carried over with those weights
+    origin: str
+
+
+def carried_state(card: dict[str, Any]) -> TrainState:
+    """The totals on a committed card, so minutes, steps and tokens keep adding up across machines."""
+    training = card["training"]
+    segments = training.get("segments") or [{
+        "origin": "sessions before segments were recorded (totals only)", "schedule": "linear",
+        "minutes": round(training["minutes"], 2), "steps": training["steps"],
+        "items": training.get("tokens_seen", training.get("target_tokens_seen", 0)),
+    }]
+    return TrainState(step=training["steps"], elapsed_s=training["minutes"] * 60,
+                      items_seen=training.get("tokens_seen", training.get("target_tokens_seen", 0)),
+                      best_val_loss=card["metrics"].get("best_val_loss", math.inf),
+                      history=list(training.get("history", [])), segments=list(segments))
+
+
+def starting_point(args: RecipeArgs, kind: str) -> StartingPoint:
+    """Resume runs/<kind>/ when it is there; else recover the committed weights; else start from scratch."""
+    from model.checkpoint import weights_from_artifact
+
+    artifact = args.artifacts_dir / kind
+    fresh_run = not (args.run_dir / "resume.pt").exists()
+    if args.resume and fresh_run and not args.tiny and (artifact / "card.json").exists():
+        shutil.rmtree(args.run_dir, ignore_errors=True)  # a stale tokenizer must not survive
+        tokenizer = prepare_run(args, kind, source=artifact / "tokenizer.json")
+        card = json.loads((artifact / "card.json").read_text())
+        model, unused = weights_from_artifact(kind, artifact)
+        if unused:
+            raise ValueError(f"{artifact}: no graph holds {unused}; cannot continue training from it")
+        return StartingPoint(tokenizer, model, carried_state(card),
+                             f"{artifact} (weights recovered from the ONNX graphs, fp16; fresh optimizer)")
+    return StartingPoint(prepare_run(args, kind), None, None, "scratch")
+
+
+def cooldown_branch(run_dir: Path) -> Path:
+    """A fresh copy of the stable run's last checkpoint in <run>/cooldown/, to decay without touching it."""
+    branch = run_dir / "cooldown"
+    shutil.rmtree(branch, ignore_errors=True)
+    branch.mkdir(parents=True)
+    for name in ("last.safetensors", "resume.pt", "config.json", "tokenizer.json"):
+        shutil.copyfile(run_dir / name, branch / name)
+    return branch
+
+
+def training_record(state: TrainState, settings: TrainSettings) -> dict[str, Any]:
+    """The card's training section: totals, every segment, and the validation history (for the curve)."""
+    history = [{k: h[k] for k in ("step", "minutes", "val_loss", "segment") if k in h} for h in state.history]
+    return {"minutes": round(state.elapsed_s / 60, 2), "steps": state.step, "tokens_seen": state.items_seen,
+            "hardware": hardware(), "settings": asdict(settings), "segments": state.segments, "history": history}
+
+
+def run_stable_or_cooldown(args: RecipeArgs, model: nn.Module, task: Any, start: StartingPoint,
+                           stable: TrainSettings) -> tuple[TrainState, Path, TrainSettings] | None:
+    """The stable segment (returns None: nothing to evaluate), or the cooldown branch and its final state.
+
+    ``model`` is the weights recovered from the artifact when there are some (see ``starting_point``).
+    The tiny smoke test runs a whole cooldown after its stable steps, so both paths are exercised.
+    """
+    if not args.cooldown_minutes or args.tiny:
+        train(model, task, args.run_dir, stable, resume=args.resume, start=start.state, origin=start.origin)
+        if not args.tiny:
+            return None
+    branch = cooldown_branch(args.run_dir)
+    minutes = args.cooldown_minutes or args.minutes
+    settings = replace(stable, schedule="cooldown", minutes=minutes,
+                       max_steps=stable.max_steps + (stable.max_steps if args.tiny else 10**9))
+    state = train(model, task, branch, settings, resume=True, origin=f"cooldown branched off {args.run_dir}/last")
+    load_weights(model, branch / "last.safetensors")  # the end of the decay is what gets evaluated
+    shutil.copyfile(branch / "last.safetensors", branch / "best.safetensors")  # ... and exported
+    model.eval()
+    return state, branch, settings
 
 
 def train_translator(args: RecipeArgs) -> None:
     from model.tasks.translation import TranslationTask, evaluate_bleu
 
-    tokenizer = prepare_run(args, "translator")
+    start = starting_point(args, "translator")
+    tokenizer = start.tokenizer
     special = SPECIAL_TOKENS["translator"]
     if args.tiny:
         config = TranslatorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=64, n_heads=2, d_ff=128,
                                   n_encoder_layers=1, n_decoder_layers=1, special_tokens=special)
-        settings = TrainSettings(minutes=args.minutes, max_steps=20, eval_every=10, warmup_steps=5)
+        settings = TrainSettings(minutes=args.minutes, max_steps=20, eval_every=10, warmup_steps=5, schedule="wsd")
     else:
         config = TranslatorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=256, n_heads=4, d_ff=1024,
                                   n_encoder_layers=3, n_decoder_layers=3, dropout=0.1, special_tokens=special)
-        settings = TrainSettings(minutes=args.minutes, lr=1.5e-3, warmup_steps=400, eval_every=200)
-    model = Translator(config)
+        # Stable rate of the wsd schedule; the short warm-up also re-warms weights recovered from an artifact.
+        settings = TrainSettings(minutes=args.minutes, lr=1e-3, warmup_steps=200, eval_every=200, schedule="wsd")
+    model = start.weights or Translator(config)
     task = TranslationTask(args.data_dir / "translation", tokenizer, special, max_tokens=4096,
                            label_smoothing=config.label_smoothing)
-    state = train(model, task, args.run_dir, settings, resume=args.resume)
-    load_weights(model, args.run_dir / "best.safetensors")
-    model.eval()
+    finished = run_stable_or_cooldown(args, model, task, start, settings)
+    if finished is None:
+        return
+    state, run_dir, settings = finished
     test = args.data_dir / "translation"
     limit = args.eval_limit
     metrics = {
@@ -72,7 +162,7 @@ def train_translator(args: RecipeArgs) -> None:
         "test_gettext_greedy": evaluate_bleu(model, tokenizer, test / "test_gettext.jsonl", limit),
         "best_val_loss": round(state.best_val_loss, 4),
     }
-    write_card(args.run_dir, {
+    write_card(run_dir, {
         "model": "translator",
         "summary": "English -> French encoder-decoder transformer (pre-LN, sinusoidal positions, shared BPE "
                    "vocabulary, tied embeddings), trained from scratch with teacher forcing and label smoothing.",
@@ -85,8 +175,7 @@ def train_translator(args: RecipeArgs) -> None:
             "license": "Bible texts public domain; gettext strings under their packages' free licenses",
             "train_pairs": len(task.train.src),
         },
-        "training": {"minutes": state.elapsed_s / 60, "steps": state.step, "target_tokens_seen": state.items_seen,
-                     "hardware": hardware(), "settings": settings.__dict__},
+        "training": training_record(state, settings),
         "metrics": metrics,
         "metric_notes": "sacrebleu corpus BLEU / chrF, detokenized text against one reference; beam: 4 beams, "
                         "length penalty 1.0, no repeated trigrams",
@@ -100,25 +189,27 @@ def train_generator(args: RecipeArgs) -> None:
     from model.ngram import KneserNeyLM
     from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
 
-    tokenizer = prepare_run(args, "generator")
+    start = starting_point(args, "generator")
+    tokenizer = start.tokenizer
     special = SPECIAL_TOKENS["generator"]
     if args.tiny:
         config = GeneratorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=64, n_heads=2, d_ff=128, n_layers=1,
                                  max_positions=64, special_tokens=special)
-        settings = TrainSettings(minutes=args.minutes, max_steps=20, eval_every=10, warmup_steps=5)
+        settings = TrainSettings(minutes=args.minutes, max_steps=20, eval_every=10, warmup_steps=5, schedule="wsd")
         block, batch = 32, 8
     else:
         config = GeneratorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=256, n_heads=4, d_ff=1024, n_layers=4,
                                  max_positions=256, dropout=0.1, special_tokens=special)
         # Short warm-up and small batches: a CPU hour is ~1.5k updates, and more updates beat bigger ones here.
-        settings = TrainSettings(minutes=args.minutes, lr=1.5e-3, warmup_steps=100, eval_every=200)
+        settings = TrainSettings(minutes=args.minutes, lr=1e-3, warmup_steps=100, eval_every=200, schedule="wsd")
         block, batch = 256, 8
-    model = Generator(config)
+    model = start.weights or Generator(config)
     data = args.data_dir / "generation"
     task = GenerationTask(data, tokenizer, special["eos"], block_size=block, batch_size=batch)
-    state = train(model, task, args.run_dir, settings, resume=args.resume)
-    load_weights(model, args.run_dir / "best.safetensors")
-    model.eval()
+    finished = run_stable_or_cooldown(args, model, task, start, settings)
+    if finished is None:
+        return
+    state, run_dir, settings = finished
 
     test = load_stream(tokenizer, data / "test.txt", special["eos"])
     if args.eval_limit:
@@ -132,7 +223,7 @@ def train_generator(args: RecipeArgs) -> None:
         ids = torch.tensor([tokenizer.encode(prompt).ids])
         new = generate(model, ids, torch.ones_like(ids), 30, temperature=0.0)
         samples.append({"prompt": prompt, "greedy": tokenizer.decode(new[0].tolist())})
-    write_card(args.run_dir, {
+    write_card(run_dir, {
         "model": "generator",
         "summary": "GPT-style decoder-only transformer (pre-LN, sinusoidal positions, GELU, tied embeddings, "
                    "byte-level BPE), trained from scratch on next-token prediction.",
@@ -144,8 +235,7 @@ def train_generator(args: RecipeArgs) -> None:
             "train_tokens": int(len(task.train)),
             "test_tokens": int(len(test)),
         },
-        "training": {"minutes": state.elapsed_s / 60, "steps": state.step, "tokens_seen": state.items_seen,
-                     "hardware": hardware(), "settings": settings.__dict__},
+        "training": training_record(state, settings),
         "metrics": {
             "test_perplexity": round(perplexity, 2),
             "ngram_test_perplexity": round(ngram_perplexity, 2),

@@ -1,11 +1,16 @@
 """The training loop shared by the three models: time-budgeted, resumable, logged.
 
-The learning rate warms up linearly, then decays linearly to zero at the end of
-the budget: minutes (a CPU run is planned in time, not steps) or max_steps,
-whichever ends first. Everything
-needed to resume (weights, optimizer, step, elapsed time, history) is saved at
-every validation, so a run killed at any point continues where it stopped; a
-resumed run with a larger budget stretches the remaining schedule.
+Schedules (``TrainSettings.schedule``):
+
+- ``wsd``, warmup-stable-decay (Hägele et al. 2024): a linear warm-up, then a constant rate for as long
+  as anyone keeps training. A run is extended by resuming it with more minutes; nothing restarts. To
+  evaluate or export, ``cooldown`` branches a copy off the stable checkpoint and decays it to zero
+  ((1 - sqrt) shape) while the stable run stays free to continue.
+- ``linear``: warm-up, then linear decay to zero at the end of the budget (fine-tuning runs).
+
+Each call of ``train`` is a segment with its own budget (``minutes``, or ``max_steps`` in total);
+everything needed to resume (weights, optimizer, step, elapsed time, history, segments) is saved at
+every validation, so a run killed at any point continues where it stopped.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import logging
 import math
 import time
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,10 +35,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainSettings:
-    minutes: float = 30.0  # wall-clock budget; the schedule reaches zero at its end
-    max_steps: int = 10**9
-    lr: float = 1e-3  # peak
+    minutes: float = 30.0  # wall-clock budget of this segment
+    max_steps: int = 10**9  # total steps, over all segments
+    lr: float = 1e-3  # peak (the stable rate for wsd; where the decay starts for cooldown)
     warmup_steps: int = 300
+    schedule: str = "linear"  # "linear", "wsd" or "cooldown" (see the module docstring)
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     eval_every: int = 250  # steps between validation + checkpoint
@@ -58,12 +65,21 @@ class TrainState:
     items_seen: int = 0
     best_val_loss: float = math.inf
     history: list[dict[str, float]] = field(default_factory=list)
+    # One entry per call of train(): where it started from, its schedule, minutes, steps and items.
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
 
-def learning_rate(settings: TrainSettings, step: int, elapsed_s: float) -> float:
+def learning_rate(settings: TrainSettings, step: int, segment_s: float, segment_step: int = 0) -> float:
+    """The rate for ``step`` (total) at ``segment_s`` seconds / ``segment_step`` steps into this segment."""
     warmup = min(1.0, (step + 1) / settings.warmup_steps)
-    progress = max(elapsed_s / (settings.minutes * 60), step / settings.max_steps)  # whichever budget ends first
+    if settings.schedule == "wsd":
+        return settings.lr * warmup
+    progress = segment_s / (settings.minutes * 60)  # whichever budget ends first
+    if settings.max_steps < 10**9:
+        progress = max(progress, segment_step / max(1, settings.max_steps - (step - segment_step)))
     remaining = max(0.0, 1.0 - progress)
+    if settings.schedule == "cooldown":
+        return settings.lr * (1.0 - math.sqrt(1.0 - remaining))  # (1 - sqrt): Hägele et al.'s best cooldown shape
     return settings.lr * warmup * remaining
 
 
@@ -120,28 +136,45 @@ def train(
     settings: TrainSettings,
     resume: bool = True,
     on_validate: Callable[[TrainState, dict[str, float]], None] | None = None,
+    start: TrainState | None = None,
+    origin: str | None = None,
 ) -> TrainState:
-    """Train until the time budget or max_steps is spent; keeps ``last`` and ``best`` (by val loss) weights."""
+    """Train one segment: until its time budget or max_steps is spent; keeps ``last`` and ``best`` weights.
+
+    Resumes from ``run_dir`` when it holds a checkpoint (and ``resume``); otherwise starts from the
+    model as given with a fresh optimizer and ``start`` (the totals carried over from where the
+    weights came from, described by ``origin``), or from zero.
+    """
     torch.manual_seed(settings.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     optimizer = make_optimizer(model, settings)
-    state = TrainState()
+    state = start or TrainState()
     if resume and (run_dir / "resume.pt").exists():
         load_weights(model, run_dir / "last.safetensors")
         saved = torch.load(run_dir / "resume.pt", weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
         state = TrainState(**saved["state"])
+        origin = origin or f"resumed {run_dir}"
         log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)
     (run_dir / "train_settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    segment: dict[str, Any] = {
+        "origin": origin or "scratch", "schedule": settings.schedule, "lr": settings.lr, "threads": torch.get_num_threads(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "start_step": state.step, "start_minutes": round(state.elapsed_s / 60, 2), "start_items": state.items_seen,
+        "minutes": 0.0, "steps": 0, "items": 0,
+    }
+    state.segments.append(segment)
 
     model.train()
     batches = task.train_batches()
     budget_s = settings.minutes * 60
     running, running_n = 0.0, 0
-    started = time.monotonic() - state.elapsed_s
-    bar = tqdm(total=int(budget_s), initial=int(state.elapsed_s), unit="s", desc=run_dir.name, mininterval=10)
-    while state.elapsed_s < budget_s and state.step < settings.max_steps:
-        lr = learning_rate(settings, state.step, state.elapsed_s)
+    segment_start, first_step, first_items = time.monotonic(), state.step, state.items_seen
+    total_before = state.elapsed_s
+    bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
+    segment_s = 0.0
+    while segment_s < budget_s and state.step < settings.max_steps:
+        lr = learning_rate(settings, state.step, segment_s, state.step - first_step)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss, n_items = task.loss(model, next(batches))
@@ -152,17 +185,21 @@ def train(
         state.step += 1
         state.items_seen += n_items
         running, running_n = running + loss.item(), running_n + 1
-        now = time.monotonic() - started
-        bar.update(int(now) - int(state.elapsed_s))
-        state.elapsed_s = now
-        last_step = state.elapsed_s >= budget_s or state.step >= settings.max_steps
+        now = time.monotonic() - segment_start
+        bar.update(int(now) - int(segment_s))
+        segment_s = now
+        state.elapsed_s = total_before + segment_s
+        last_step = segment_s >= budget_s or state.step >= settings.max_steps
         if state.step % settings.eval_every == 0 or last_step:
             model.eval()
             metrics = task.validate(model)
             model.train()
             entry = {"step": state.step, "minutes": round(state.elapsed_s / 60, 2), "lr": lr,
-                     "train_loss": running / running_n, "items_seen": state.items_seen, **metrics}
+                     "train_loss": running / running_n, "items_seen": state.items_seen,
+                     "segment": len(state.segments) - 1, **metrics}
             state.history.append(entry)
+            segment.update(minutes=round(segment_s / 60, 2), steps=state.step - first_step,
+                           items=state.items_seen - first_items)
             running, running_n = 0.0, 0
             bar.set_postfix(train=f"{entry['train_loss']:.3f}", val=f"{metrics['val_loss']:.3f}")
             log.info("%s", json.dumps(entry))

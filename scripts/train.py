@@ -1,10 +1,17 @@
-"""Train one model, evaluate it and write its model card into runs/<model>/.
+"""Train one model; evaluate it and write its model card.
 
-    python -m scripts.train translator --minutes 75
-    python -m scripts.train generator --minutes 35
+The translator and the generator train on a warmup-stable-decay schedule, in segments that add up:
+
+    python -m scripts.train translator --minutes 120        # one more stable segment of 120 minutes
+    python -m scripts.train translator --cooldown 20        # branch runs/translator/cooldown/, decay it to
+                                                            # zero in 20 minutes, evaluate, write its card
+    python -m scripts.export translator --run runs/translator/cooldown
+
+A stable segment resumes runs/<model>/ when it is there; on a fresh machine it recovers the weights
+of the committed artifacts/<model>/ (fresh optimizer) and carries its totals over; --no-resume starts
+from scratch. The classifier's recipe (MLM + NSP, then fine-tuning) still runs in one go:
+
     python -m scripts.train classifier --minutes 30
-
-Runs resume from runs/<model>/ when a checkpoint is there (use --no-resume to start over).
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ RECIPES = {"translator": "train_translator", "generator": "train_generator", "cl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", choices=sorted(RECIPES))
-    parser.add_argument("--minutes", type=float, default=30.0, help="training time budget")
+    parser.add_argument("--minutes", type=float, default=30.0, help="time budget of this segment")
+    parser.add_argument("--cooldown", type=float, default=0.0, metavar="MINUTES",
+                        help="decay a branch of the stable run to zero in MINUTES, then evaluate it")
+    parser.add_argument("--artifacts", type=Path, default=Path("artifacts"),
+                        help="committed artifacts to recover weights from when runs/<model>/ is empty")
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
@@ -36,7 +47,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     recipe = getattr(recipes, RECIPES[args.model])
     recipe(recipes.RecipeArgs(args.data, args.runs / args.model, args.minutes, args.tiny, not args.no_resume,
-                              args.eval_limit))
+                              args.eval_limit, args.cooldown, args.artifacts))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""Training across sessions: the warmup-stable-decay schedule, segments, and weights recovered from artifacts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
+
+from model.checkpoint import weights_from_artifact  # noqa: E402
+from model.export import build_tiny_model, export_model, round_weights_to_fp16  # noqa: E402
+from model.training import TrainSettings, TrainState, learning_rate, train  # noqa: E402
+from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
+
+
+def test_wsd_rate_warms_up_then_stays_constant() -> None:
+    s = TrainSettings(lr=1e-3, warmup_steps=10, schedule="wsd", minutes=1)
+    assert learning_rate(s, 0, 0.0) == pytest.approx(1e-4)
+    assert learning_rate(s, 9, 1.0) == pytest.approx(1e-3)
+    # No end: the rate is the same however long the segment has run, even past its budget.
+    assert learning_rate(s, 10_000, 3600.0) == pytest.approx(1e-3)
+
+
+def test_cooldown_decays_from_the_stable_rate_to_zero_with_1_minus_sqrt_shape() -> None:
+    s = TrainSettings(lr=1e-3, warmup_steps=10, schedule="cooldown", minutes=10)
+    assert learning_rate(s, 5000, 0.0) == pytest.approx(1e-3)  # no second warm-up
+    assert learning_rate(s, 5000, 300.0) == pytest.approx(1e-3 * (1 - math.sqrt(0.5)))
+    assert learning_rate(s, 5000, 600.0) == 0.0
+    by_steps = TrainSettings(lr=1e-3, warmup_steps=1, schedule="cooldown", minutes=60, max_steps=200)
+    # 100 steps were done before the segment: half of the remaining 100 gives the midpoint.
+    assert learning_rate(by_steps, 150, 1.0, segment_step=50) == pytest.approx(1e-3 * (1 - math.sqrt(0.5)))
+
+
+def test_linear_schedule_decays_to_zero_at_the_end_of_the_budget() -> None:
+    s = TrainSettings(lr=1e-3, warmup_steps=1, schedule="linear", minutes=10)
+    assert learning_rate(s, 100, 300.0) == pytest.approx(5e-4)
+    assert learning_rate(s, 100, 600.0) == 0.0
+
+
+class CountingTask:
+    """A regression task that counts its items, enough to drive the loop."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.x = torch.randn(64, 4)
+        self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+
+    def train_batches(self):  # type: ignore[no-untyped-def]
+        while True:
+            yield self.x, self.y
+
+    def loss(self, model, batch):  # type: ignore[no-untyped-def]
+        x, y = batch
+        return torch.nn.functional.mse_loss(model(x).squeeze(-1), y), len(y)
+
+    def validate(self, model):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            return {"val_loss": float(self.loss(model, (self.x, self.y))[0])}
+
+
+class NoConfig:
+    def save(self, path: Path) -> None:
+        path.write_text("{}")
+
+
+class Linear(torch.nn.Linear):
+    def __init__(self) -> None:
+        super().__init__(4, 1)
+        self.config = NoConfig()  # save_checkpoint writes model.config
+
+
+def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
+    settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=110, eval_every=5)  # steps in total
+    carried = TrainState(step=100, elapsed_s=600.0, items_seen=6400, segments=[{"origin": "earlier", "steps": 100}])
+    state = train(Linear(), CountingTask(), tmp_path / "fresh", settings, start=carried, origin="an artifact")
+    assert (state.step, state.items_seen) == (110, 6400 + 10 * 64)
+    assert [s["origin"] for s in state.segments[-2:]] == ["earlier", "an artifact"]
+    assert state.segments[-1]["steps"] == 10 and state.segments[-1]["start_step"] == 100
+    settings.max_steps = 115
+    resumed = train(Linear(), CountingTask(), tmp_path / "fresh", settings)
+    assert resumed.step == 115 and resumed.segments[-1]["origin"].startswith("resumed")
+    assert [h["segment"] for h in resumed.history] == [1, 1, 2]
+
+
+@pytest.mark.parametrize("kind", ["translator", "generator", "classifier"])
+def test_weights_are_recovered_exactly_from_an_exported_artifact(kind: str, tmp_path: Path) -> None:
+    model, tokenizer = build_tiny_model(kind)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    export_model(kind, model, tmp_path / "tokenizer.json", tmp_path / kind, int8=False)
+    round_weights_to_fp16(model)  # what the fp16-stored graph holds
+    recovered, unused = weights_from_artifact(kind, tmp_path / kind)
+    # Only the classifier's pretraining heads (MLM, NSP) are in no graph.
+    assert all(name.startswith(("mlm_", "nsp_")) for name in unused) and (kind == "classifier") == bool(unused)
+    expected = dict(model.named_parameters())
+    for name, value in recovered.named_parameters():
+        if name not in unused:
+            assert torch.equal(value, expected[name]), name
+
+
+def test_repeat_loop_detector() -> None:
+    assert has_repeat_loop([5, 7, 7, 7, 9])  # one token three times
+    assert has_repeat_loop([1, 2, 3, 4, 2, 3, 4, 2, 3, 4])  # a run of 3, three times
+    assert not has_repeat_loop([1, 2, 1, 2, 3, 1, 2])  # twice is not a loop
+    assert not has_repeat_loop([1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5])  # a run of 5 is not counted
