@@ -10,6 +10,8 @@
 # 5. calls every endpoint through the container and checks real answers (tests/deploy/e2e.py,
 #    expectations in tests/deploy/expectations.json); then the same through the nginx load balancer
 # 6. stops the server (SIGTERM) during an in-flight generation: it must finish, then the server exits 0
+# 6b. the compose `scale` profile: api + 2 replicas behind nginx, 300 requests, one replica stopped
+#    mid-load (tests/deploy/scale.py)
 # 7. docker compose down; docker-sandbox stop (also on failure)
 #
 # Environment: DOCKER_SANDBOX (path of the tool), EXPECTATIONS (another expectations file),
@@ -175,6 +177,13 @@ code=$("$DOCKER" inspect -f '{{.State.ExitCode}}' "$CID")
 echo "server exited with code $code, $((SECONDS - t0))s after the drained request completed"
 [ "$code" = 0 ] || fail "server exit code $code after SIGTERM (expected 0: a clean drain)"
 "$DOCKER" logs "$CID" 2>&1 | tail -8
+
+# ---- issue 14: the compose `scale` profile for real (tests/deploy/scale.py) -----------------------------
+# api + 2 replicas behind nginx, each replica on its own port (host networking); 300 mixed requests through
+# nginx, one replica stopped mid-load; every request must succeed, spread over all replicas; then down.
+step "scale profile: api + 2 replicas behind nginx, one stopped mid-load"
+"$PY" tests/deploy/scale.py --sandbox "$SANDBOX" --project "$PROJECT" || fail "scale profile (tests/deploy/scale.py)"
+# ---- end of issue 14 ------------------------------------------------------------------------------------
 
 step "docker compose down"
 compose --profile scale down --remove-orphans -t 5
