@@ -35,3 +35,29 @@ def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str
         else:
             out.append((f"{prefix}{key}", value))
     return out
+
+
+def plot_learning_curve(card: dict[str, Any], path: Path) -> None:
+    """Validation loss against training minutes over every segment, each segment's start marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    training = card["training"]
+    history = training.get("history", [])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([h["minutes"] for h in history], [h["val_loss"] for h in history], marker=".", label="validation loss")
+    for segment in training.get("segments", []):
+        if "start_minutes" in segment:  # segments recorded before histories were kept have totals only
+            ax.axvline(segment["start_minutes"], color="grey", alpha=0.4, linestyle="--")
+            ax.annotate(segment["schedule"], (segment["start_minutes"], 1.0), xycoords=("data", "axes fraction"),
+                        fontsize=7, rotation=90, va="top", ha="right", color="grey")
+    ax.set_xlabel(f"training minutes (total; {training.get('hardware', '')})")
+    ax.set_ylabel("validation loss")
+    ax.set_title(f"{card['model']}: learning curve over all segments")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

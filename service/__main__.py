@@ -1,7 +1,13 @@
 """`python -m service`: read the settings, serve on SERVE_HOST:SERVE_PORT, drain on SIGTERM/SIGINT.
 
 Draining: the first signal turns /ready and new inference requests to 503 while in-flight requests
-finish (up to SERVE_DRAIN_TIMEOUT_S); then uvicorn shuts down. A second signal stops at once.
+finish. SERVE_DRAIN_TIMEOUT_S bounds the whole shutdown: shortly before it runs out, the requests still
+running are cut (a stream gets a final `error` event, or an error chunk and `[DONE]` on the OpenAI route;
+a waiting request gets 503), and uvicorn then has only a short grace to close the connections. A second
+signal stops at once.
+
+The models are loaded before uvicorn starts: a broken or mismatched artifact stops the process with one
+line naming the file, and exit status 1.
 """
 
 from __future__ import annotations
@@ -15,10 +21,20 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from service.app import begin_drain, create_app, inflight
+from service.app import begin_drain, create_app, cut_off, inflight
+from service.engine.engine import Engine
+from service.engine.metrics import Metrics
+from service.http_protocol import header_timeout_protocol
+from service.runtime.artifact import ArtifactError
 from service.settings import Settings
 
 log = logging.getLogger("service")
+
+
+# Kept from the drain timeout for cutting the last requests and letting their error events go out.
+CUT_RESERVE_S = 1.0
+# uvicorn's own wait for connections after the drain: they have ended by then, or are idle.
+CLOSE_GRACE_S = 1
 
 
 class DrainingServer(uvicorn.Server):
@@ -26,7 +42,9 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.app = app
         self.drain_timeout_s = drain_timeout_s
+        self.cut_at = max(0.0, drain_timeout_s - min(CUT_RESERVE_S, drain_timeout_s / 2))
         self.drain_started: float | None = None
+        self.cut = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_started is not None:  # second signal: stop now
@@ -41,9 +59,13 @@ class DrainingServer(uvicorn.Server):
             waited = time.monotonic() - self.drain_started
             if counter % 10 == 0:
                 log.info("draining: %d request(s) in flight", inflight(self.app))
+            if inflight(self.app) and waited >= self.cut_at and not self.cut:
+                self.cut = True
+                log.warning("drain timeout (%.1fs): cutting %d request(s) off", self.drain_timeout_s, inflight(self.app))
+                await cut_off(self.app)
             if inflight(self.app) == 0 or waited >= self.drain_timeout_s:
                 if inflight(self.app):
-                    log.warning("drain timeout (%.0fs): %d request(s) cut off", waited, inflight(self.app))
+                    log.warning("%d request(s) still open at the drain timeout", inflight(self.app))
                 self.should_exit = True
         return await super().on_tick(counter)
 
@@ -59,15 +81,25 @@ def main() -> None:
         print(f"invalid settings:\n{problems}", file=sys.stderr)
         raise SystemExit(2) from None
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
+    engine = Engine(settings, Metrics())
+    try:
+        engine.load()
+    except ArtifactError as exc:
+        print(f"cannot serve: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    app = create_app(settings, engine)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=max(1, int(settings.drain_timeout_s)),
+        http=header_timeout_protocol(settings.header_timeout_s),
+        timeout_graceful_shutdown=CLOSE_GRACE_S,
     )
-    DrainingServer(config, app, settings.drain_timeout_s).run()
+    server = DrainingServer(config, app, settings.drain_timeout_s)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's own status for a failed start-up (port in use, ...)
 
 
 if __name__ == "__main__":

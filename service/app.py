@@ -7,13 +7,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 
 from service.api import classify, completions, generate, health, models, translate
-from service.api.auth import require_api_key
+from service.api.auth import ApiKeyMiddleware
 from service.api.errors import install_error_handlers
 from service.api.metrics import router as metrics_router
-from service.api.middleware import BodyLimitMiddleware, InFlight, RequestMetricsMiddleware
+from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
+from service.api.openapi import install_openapi
 from service.api.schemas import ErrorResponse
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
@@ -29,7 +30,8 @@ Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JS
 413 body too large, 422 invalid input, 429 queue full (with `Retry-After`), 503 draining or not loaded,
 504 timeout."""
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 413, 422, 429, 503, 504)}
+# 404: the route's model is not in SERVE_MODELS (or an unknown model name); 500: a failed model run.
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
 
 
 async def _warm_up(engine: Engine, enabled: bool) -> None:
@@ -43,14 +45,19 @@ async def _warm_up(engine: Engine, enabled: bool) -> None:
     engine.ready = True
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    """`engine`: one already loaded (python -m service loads before serving, to fail fast); else the
+    lifespan builds and loads it."""
     settings = settings or Settings()
-    metrics = Metrics()
+    metrics = engine.metrics if engine is not None else Metrics()
+    loaded = engine
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(settings, metrics)
-        await asyncio.to_thread(engine.load)
+        engine = loaded
+        if engine is None:
+            engine = Engine(settings, metrics)
+            await asyncio.to_thread(engine.load)
         engine.start()
         app.state.engine = engine
         # Serve /health at once; /ready turns 200 when warm-up is done.
@@ -66,12 +73,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.inflight = InFlight()
     install_error_handlers(app)
+    install_openapi(app)
+    # Outermost last: 500s -> metrics and drain refusal -> API key (before any body is read) -> body limit.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ApiKeyMiddleware, key=settings.api_key, public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)
+    app.add_middleware(InternalErrorMiddleware)
     app.include_router(health.router)
     app.include_router(metrics_router)
     for module in (translate, generate, completions, classify, models):
-        app.include_router(module.router, dependencies=[Depends(require_api_key)], responses=ERRORS)  # type: ignore[arg-type]
+        app.include_router(module.router, responses=ERRORS)  # type: ignore[arg-type]
     return app
 
 
@@ -80,6 +91,14 @@ def begin_drain(app: FastAPI) -> None:
     engine: Engine | None = getattr(app.state, "engine", None)
     if engine is not None:
         engine.draining = True
+
+
+async def cut_off(app: FastAPI) -> None:
+    """End every request still running at the drain timeout: the engine fails their sequences, so streams
+    send their final error event and waiting requests answer 503."""
+    engine: Engine | None = getattr(app.state, "engine", None)
+    if engine is not None:
+        await engine.stop("the server is shutting down: the request was cut off at the drain timeout")
 
 
 def inflight(app: FastAPI) -> int:

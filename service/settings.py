@@ -35,7 +35,15 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=60.0, gt=0, le=86_400)
 
     api_key: SecretStr | None = None
+    # With an API key set, /docs, /redoc and /openapi.json need it too unless this is true.
+    public_docs: bool = False
+    # false: /v1/models leaves out each model card (training command, library versions).
+    model_details: bool = True
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
+    # A connection must send a request's whole header within this time (slow-header clients are closed).
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    # Attention maps cost items x layers x heads x tokens^2 numbers (about 8 bytes each as JSON): cap the total.
+    max_attention_values: int = Field(default=1_048_576, ge=1, le=1 << 31)
     warmup: bool = True
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.classifier import Classifier
+from model.training import on_device
 
 MASK_RATE, MASK_TOKEN_SHARE, RANDOM_TOKEN_SHARE = 0.15, 0.8, 0.1  # the rest stays unchanged
 
@@ -89,7 +90,7 @@ class PretrainTask:
             yield self.make_batch(self.train_docs, self.rng, self.torch_rng)
 
     def losses(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
-        inputs, types, mask, labels, nsp = batch
+        inputs, types, mask, labels, nsp = on_device(batch, model)
         hidden, _ = model.encode(inputs, types, mask)
         predicted = labels != -100
         mlm = F.cross_entropy(model.mlm_logits(hidden[predicted]), labels[predicted])
@@ -146,7 +147,7 @@ class FineTuneTask:
                 yield self.collate(batch)
 
     def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
-        ids, types, mask, labels = batch
+        ids, types, mask, labels = on_device(batch, model)
         logits, _ = model(ids, types, mask)
         return F.cross_entropy(logits, labels), len(labels)
 

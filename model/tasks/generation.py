@@ -15,6 +15,7 @@ from torch import Tensor
 from model.data.baselines import token_stream
 from model.data.generation import read_documents
 from model.generator import Generator
+from model.training import on_device
 
 
 def load_stream(tokenizer: Tokenizer, path: Path, eos_id: int) -> np.ndarray:
@@ -37,6 +38,7 @@ class GenerationTask:
             yield torch.stack([self.train[s : s + self.block_size + 1] for s in starts])
 
     def loss(self, model: Generator, batch: Tensor) -> tuple[Tensor, int]:
+        batch = on_device(batch, model)
         logits, _, _ = model(batch[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()), batch[:, 1:].numel()
 

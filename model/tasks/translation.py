@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.decoding import beam_search, translate_greedy
+from model.training import on_device
 from model.translator import Translator
 
 MAX_LEN = 128  # tokens per side; longer verses are truncated for training only
@@ -86,7 +87,7 @@ class TranslationTask:
                 yield self.collate(self.train, index)
 
     def loss(self, model: Translator, batch: tuple[Tensor, ...], label_smoothing: float | None = None) -> tuple[Tensor, int]:
-        src, src_mask, tgt_in, tgt_mask, labels = batch
+        src, src_mask, tgt_in, tgt_mask, labels = on_device(batch, model)
         logits = model(src, src_mask, tgt_in, tgt_mask)
         smoothing = self.label_smoothing if label_smoothing is None else label_smoothing
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=smoothing)

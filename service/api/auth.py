@@ -1,25 +1,51 @@
-"""Optional bearer-token authentication (SERVE_API_KEY; off when unset)."""
+"""Optional bearer-token authentication (SERVE_API_KEY; off when unset).
+
+A pure ASGI middleware, so the key is checked before anything reads the body: an unauthenticated
+client gets 401 whatever it sends (never 400 or 413, which would tell it about the API)."""
 
 from __future__ import annotations
 
 import secrets
 
-from fastapi import Request
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.errors import ApiError
+from service.api.errors import error_response
+
+# Open with a key set: probes and scraping. Everything else needs the key, routes added later included.
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+# Open too when SERVE_PUBLIC_DOCS=true (a browser on /docs cannot send the key).
+DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")
 
 
-async def require_api_key(request: Request) -> None:
-    key = request.app.state.settings.api_key
-    if key is None:
-        return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
+def authorized(authorization: str, key: SecretStr) -> bool:
+    scheme, _, token = authorization.partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(
         token.strip().encode(), key.get_secret_value().encode()
-    ):
-        raise ApiError(
+    )
+
+
+class ApiKeyMiddleware:
+    def __init__(self, app: ASGIApp, key: SecretStr | None, public_docs: bool) -> None:
+        self.app = app
+        self.key = key
+        self.public_docs = public_docs
+
+    def _open(self, path: str) -> bool:
+        return path in OPEN_PATHS or (self.public_docs and path.startswith(DOCS_PATHS))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.key is None or scope["type"] != "http" or self._open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if authorized(header.decode("latin-1"), self.key):
+            await self.app(scope, receive, send)
+            return
+        refusal = error_response(
             401,
             "unauthorized",
             "a valid API key is required (Authorization: Bearer <key>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
+        await refusal(scope, receive, send)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.responses import large_json
 from service.api.schemas import ClassificationResult, ClassifyRequest, ClassifyResponse, LabelScore
 from service.engine.classification import Classification, ClassifyInput
 
@@ -23,7 +26,7 @@ def _result(c: Classification) -> ClassificationResult:
 
 
 @router.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
-async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -> ClassifyResponse:
+async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -> Any:
     classifier = engine.require_classifier()
     if isinstance(body.text, str):
         inputs: list[ClassifyInput] = [body.text]
@@ -34,4 +37,5 @@ async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -
     results = await unless_disconnected(
         request, classifier.classify(inputs, fields, top_k=body.top_k, return_attention=body.return_attention)
     )
-    return ClassifyResponse(model=classifier.name, results=[_result(r) for r in results])
+    response = ClassifyResponse(model=classifier.name, results=[_result(r) for r in results])
+    return await large_json(response) if body.return_attention else response

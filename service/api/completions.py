@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import ApiError, error_body
+from service.api.errors import ApiError, error_body, log_internal_error
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from service.api.sse import SSE_HEADERS, sse
 from service.engine.errors import EngineError
@@ -192,8 +192,13 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
                 yield text
         for chunk in chunks.end():
             yield chunk
-    except EngineError as exc:
+    except EngineError as exc:  # in-band, then the end marker OpenAI clients wait for
         yield sse(error_body(exc.type, exc.message, exc.field))
+        yield sse("[DONE]")
+    except Exception as exc:
+        log_internal_error(exc, "POST /v1/completions (stream)")
+        yield sse(error_body("internal_error", "internal server error"))
+        yield sse("[DONE]")
     finally:
         await events.aclose()  # type: ignore[attr-defined]
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.engine.errors import (
@@ -127,7 +128,15 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.status_code, HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail), headers=exc.headers
         )
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal server error")
+
+def log_internal_error(exc: BaseException, where: str) -> None:
+    """Log a bug with its stack, but not its message: messages can quote the request (a token, a text)."""
+    stack = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    log.error("internal error (%s) on %s; traceback, message withheld:\n%s", type(exc).__name__, where, stack)
+
+
+def internal_error_response(request: Request, exc: BaseException) -> Response:
+    """The 500 for an exception nothing else handled (see InternalErrorMiddleware): logged, never re-raised,
+    so the server keeps the client's keep-alive connection open."""
+    log_internal_error(exc, f"{request.method} {request.url.path}")
+    return error_response(500, "internal_error", "internal server error")

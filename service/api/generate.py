@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.responses import large_json
 from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import (
@@ -88,7 +89,7 @@ async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -
     deadline = generator.deadline()
     if not body.stream:
         result = await unless_disconnected(request, generator.result(seq, deadline))
-        return GenerateResponse(
+        response = GenerateResponse(
             model=generator.name,
             text=result.text,
             finish_reason=result.finish_reason,  # type: ignore[arg-type]
@@ -97,4 +98,5 @@ async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -
             tokens=[token_model(t) for t in result.tokens] if body.logprobs else None,
             attention=result.attention,
         )
+        return await large_json(response) if body.return_attention else response
     return await event_stream(request, generator.events(seq, deadline), _event)

@@ -7,7 +7,9 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import error_response
+from fastapi import Request
+
+from service.api.errors import error_response, internal_error_response, log_internal_error
 from service.engine.metrics import Metrics
 
 INFERENCE_PATHS = frozenset({"/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"})
@@ -107,3 +109,34 @@ class BodyLimitMiddleware:
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class InternalErrorMiddleware:
+    """Outermost: turn any exception that escaped the app into our JSON 500. Unlike Starlette's
+    ServerErrorMiddleware it does not re-raise, so uvicorn keeps the keep-alive connection usable. If the
+    response had started (a stream), it can only be ended: the stream helpers report errors in-band first."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if not started:
+                await internal_error_response(Request(scope), exc)(scope, receive, send)
+                return
+            log_internal_error(exc, f"{scope.get('method')} {scope['path']} (after the response started)")
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

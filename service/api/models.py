@@ -29,7 +29,7 @@ async def list_models(engine: EngineDep) -> ModelList:
                 provider={role: s.provider for role, s in info.sessions.items()},
                 quantization={role: s.quantization for role, s in info.sessions.items()},
                 metrics=metrics if isinstance(metrics, dict) else {},
-                card=a.card,
+                card=a.card if engine.settings.model_details else None,  # SERVE_MODEL_DETAILS
             )
         )
     return ModelList(data=cards)

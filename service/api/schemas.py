@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_SEED = 2**63 - 1
+MAX_LOGIT_BIAS = 300  # entries, as OpenAI
+TOKEN_ID_DIGITS = 9
+TOKEN_ID = re.compile(rf"[0-9]{{1,{TOKEN_ID_DIGITS}}}", re.ASCII)
 NonEmptyText = Annotated[str, Field(min_length=1)]
 Pair = Annotated[list[NonEmptyText], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
 StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=16)]
+
+
+def _requires(condition: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema `if`/`then` over properties, so the OpenAPI document states the rules the server checks."""
+    return {
+        "if": {"properties": condition, "required": list(condition)},
+        "then": {"properties": then, "required": list(then)},
+    }
 
 
 class Request(BaseModel):
@@ -40,6 +52,15 @@ class ErrorResponse(Response):
 
 
 class TranslateRequest(Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _requires({"stream": {"const": True}}, {"num_beams": {"const": 1}}),
+                _requires({"do_sample": {"const": True}}, {"num_beams": {"const": 1}}),
+            ]
+        }
+    )
+
     text: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] = Field(
         description="one source text, or a list of them"
     )
@@ -89,6 +110,10 @@ class TranslateResponse(Response):
 
 
 class GenerateRequest(Request):
+    model_config = ConfigDict(
+        json_schema_extra={"allOf": [_requires({"top_logprobs": {"exclusiveMinimum": 0}}, {"logprobs": {"const": True}})]}
+    )
+
     prompt: NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
         description="text, or token ids"
     )
@@ -166,7 +191,12 @@ class CompletionRequest(Request):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     best_of: int | None = Field(None, ge=1, le=16, description="only best_of == n is supported")
-    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        None,
+        max_length=MAX_LOGIT_BIAS,
+        description="token id (decimal string) -> bias added to its logit",
+        json_schema_extra={"propertyNames": {"pattern": f"^{TOKEN_ID.pattern}$"}},
+    )
     user: str | None = None
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     top_k: int = Field(0, ge=0)
@@ -177,8 +207,10 @@ class CompletionRequest(Request):
     @classmethod
     def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key in value or {}:
-            if not key.isdigit():
-                raise ValueError(f"keys must be token ids, got {key!r}")
+            # ASCII digits only: str.isdigit() also accepts "²" and Arabic-Indic digits, which int() refuses
+            # or reads as another token.
+            if not TOKEN_ID.fullmatch(key):
+                raise ValueError(f"keys must be token ids (at most {TOKEN_ID_DIGITS} ASCII digits), got {key[:20]!r}")
         return value
 
     @model_validator(mode="after")
@@ -261,7 +293,7 @@ class ModelCard(Response):
     provider: dict[str, str] = Field(description="execution provider really in use, per graph")
     quantization: dict[str, str] = Field(description="none or int8, per graph")
     metrics: dict[str, Any] = Field(description="from the model card")
-    card: dict[str, Any]
+    card: dict[str, Any] | None = Field(None, description="the whole model card; left out with SERVE_MODEL_DETAILS=false")
 
 
 class ModelList(Response):

@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import unless_disconnected
-from service.api.errors import error_body
+from service.api.errors import error_body, log_internal_error
 from service.engine.errors import EngineError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -38,6 +38,9 @@ async def _events(first: Any, events: AsyncIterator[Any], render: Callable[[Any]
             yield render(event)
     except EngineError as exc:  # after the first event the status is sent: report in-band
         yield sse({"type": "error", **error_body(exc.type, exc.message, exc.field)}, "error")
+    except Exception as exc:
+        log_internal_error(exc, "event stream")
+        yield sse({"type": "error", **error_body("internal_error", "internal server error")}, "error")
     finally:
         await events.aclose()  # type: ignore[attr-defined]
 

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.responses import large_json
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.sampling import SamplingParams
@@ -66,4 +67,5 @@ async def translate(body: TranslateRequest, engine: EngineDep, request: Request)
     if body.stream:
         return await event_stream(request, translator.stream(texts, fields, _params(body)), _event)
     results = await unless_disconnected(request, translator.translate(texts, fields, _params(body)))
-    return TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])
+    response = TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])
+    return await large_json(response) if body.return_attention else response

@@ -18,6 +18,17 @@ def check_length(tokens: int, field: str = "return_attention") -> None:
         raise InvalidInput(f"attention maps are limited to {MAX_TOKENS} tokens; this request needs {tokens}", field)
 
 
+def check_budget(values: int, limit: int) -> None:
+    """Refuse a request whose attention maps would hold more than `limit` numbers (SERVE_MAX_ATTENTION_VALUES):
+    they grow as items x layers x heads x tokens^2, so a small request could otherwise ask for gigabytes."""
+    if values > limit:
+        raise InvalidInput(
+            f"the attention maps would hold {values:,} numbers; the limit is {limit:,} "
+            "(SERVE_MAX_ATTENTION_VALUES): ask for fewer or shorter texts",
+            "return_attention",
+        )
+
+
 def stack_rows(blocks: list[np.ndarray], width: int) -> np.ndarray:
     """Stack query-row blocks [H, q_i, k_i] (k_i <= width) into [H, sum q_i, width], zero-filling the
     keys a row could not see yet (causal decoding)."""

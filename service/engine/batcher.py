@@ -127,10 +127,14 @@ class DynamicBatcher(Generic[I, O]):
             outputs = await loop.run_in_executor(self.executor, self.process, [e.item for e in batch])
             if len(outputs) != len(batch):
                 raise InferenceFailed(f"{self.name}: batch of {len(batch)} produced {len(outputs)} outputs")
-        except Exception as exc:  # every waiter of a failed batch gets the error
+        except Exception as exc:
             self._running = []
+            if len(batch) > 1 and not isinstance(exc, EngineError):  # find the item at fault: run each alone
+                for entry in batch:
+                    await self._run([entry])
+                return
             log.exception("%s: batch of %d failed", self.name, len(batch))
-            error = exc if isinstance(exc, EngineError) else InferenceFailed(f"{self.name}: inference failed: {exc}")
+            error = exc if isinstance(exc, EngineError) else InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
             for entry in batch:
                 if not entry.future.done():
                     entry.future.set_exception(error)

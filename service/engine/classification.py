@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.engine.attention import check_length, to_json
+from service.engine.attention import check_budget, check_length, to_json
 from service.engine.batcher import DynamicBatcher
 from service.engine.errors import InvalidInput, RequestTimeout
 from service.engine.metrics import Metrics
@@ -136,11 +136,19 @@ class ClassificationService:
         if return_attention and not self.model.attention_names:
             raise InvalidInput("this model's graph does not export attention weights", "return_attention")
         items = self.tokenize(inputs, fields, return_attention)
+        if return_attention:
+            per_token2 = len(self.model.attention_names) * self.artifact.n_heads
+            check_budget(per_token2 * sum(len(item.ids) ** 2 for item in items), self.settings.max_attention_values)
         try:
             outputs = await asyncio.wait_for(self.batcher.submit(items), self.settings.request_timeout_s)
         except TimeoutError:
             raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S") from None
-        return [self._result(item, probs, maps, top_k) for item, (probs, maps) in zip(items, outputs, strict=True)]
+
+        def results() -> list[Classification]:
+            return [self._result(item, probs, maps, top_k) for item, (probs, maps) in zip(items, outputs, strict=True)]
+
+        # Attention maps become large nested lists: build them off the event loop.
+        return await asyncio.to_thread(results) if return_attention else results()
 
     def _result(
         self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None

@@ -18,6 +18,7 @@ from service.engine.metrics import Metrics
 from service.engine.scheduler import collect
 from service.engine.translation import TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
+from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
 from service.settings import Settings
 
@@ -70,12 +71,14 @@ class Engine:
             self._executors[name] = executor
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
             args = (self.settings, executor, self.metrics)
+            service: TranslationService | GenerationService | ClassificationService
             if artifact.task == "translation":
-                self.translator = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
+                service = self.translator = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
             elif artifact.task == "generation":
-                self.generator = GenerationService(artifact, sessions["decoder"], *args)
+                service = self.generator = GenerationService(artifact, sessions["decoder"], *args)
             else:
-                self.classifier = ClassificationService(artifact, sessions["encoder"], *args)
+                service = self.classifier = ClassificationService(artifact, sessions["encoder"], *args)
+            check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
     def start(self) -> None:
         for service in (self.translator, self.generator):
@@ -84,8 +87,9 @@ class Engine:
         if self.classifier is not None:
             self.classifier.batcher.start()
 
-    async def stop(self) -> None:
-        error = Unavailable("the server is shutting down")
+    async def stop(self, reason: str = "the server is shutting down") -> None:
+        """Fail everything queued or running with 503 `unavailable` (idempotent)."""
+        error = Unavailable(reason)
         for service in (self.translator, self.generator):
             if service is not None:
                 await service.scheduler.stop(error)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.engine.attention import check_length, stack_rows, to_json
+from service.engine.attention import check_budget, check_length, stack_rows, to_json
 from service.engine.errors import InvalidInput
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
@@ -321,7 +321,10 @@ class GenerationService:
     def sequence(self, prompt_ids: list[int], params: GenerationParams) -> GenerationSequence:
         self.check_options(params)
         if params.return_attention:
-            check_length(len(prompt_ids) + params.max_new_tokens)
+            tokens = len(prompt_ids) + params.max_new_tokens
+            check_length(tokens)
+            values = len(self.model.attention_names) * self.artifact.n_heads * tokens**2
+            check_budget(values, self.settings.max_attention_values)
         return GenerationSequence(prompt_ids, params)
 
     def submit(self, sequences: list[GenerationSequence]) -> None:

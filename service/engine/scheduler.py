@@ -251,6 +251,10 @@ class Scheduler:
             emits, batch = await self._call(self._prefill_and_join, newcomers)
         except Exception as exc:  # the running batch is untouched: concatenate builds a new one
             self._prefilling = []
+            if len(newcomers) > 1:  # find the row at fault: prefill each alone, so only its request fails
+                for seq in newcomers:
+                    await self._prefill([seq])
+                return
             self._fail(newcomers, exc)
             return
         self._prefilling = []
@@ -292,7 +296,7 @@ class Scheduler:
     def _fail(self, sequences: list[Sequence], exc: BaseException) -> None:
         if not isinstance(exc, EngineError):
             log.error("%s: batch of %d sequences failed: %s", self.name, len(sequences), exc, exc_info=exc)
-            exc = InferenceFailed(f"{self.name}: inference failed: {exc}")
+            exc = InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
         for seq in sequences:
             if not seq.done:
                 seq.done = True

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.engine.attention import check_length, stack_rows, to_json
+from service.engine.attention import check_budget, check_length, stack_rows, to_json
 from service.engine.errors import InvalidInput
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
@@ -38,7 +38,7 @@ class TranslationParams:
     n_best: int = 1
     length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty
     max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap
-    no_repeat_ngram_size: int = 0
+    no_repeat_ngram_size: int = 3  # the model card measures beam 4 with this ban (README "Models")
     sampling: SamplingParams | None = None  # None: deterministic (greedy or beam search)
     return_attention: bool = False
     stream: bool = False  # emit a TranslationPiece per token (num_beams=1 only: beams change their past)
@@ -467,6 +467,12 @@ class TranslationService:
         if params.return_attention:
             for seq in sequences:
                 check_length(len(seq.src_ids) + seq.max_new_tokens)
+            n_enc, n_dec, heads = len(self.model.encoder_attention), self.model.n_layers, self.artifact.n_heads
+            values = sum(  # encoder self, decoder self and cross attention of each text's best hypothesis
+                heads * (n_enc * len(s.src_ids) ** 2 + n_dec * (s.max_new_tokens**2 + s.max_new_tokens * len(s.src_ids)))
+                for s in sequences
+            )
+            check_budget(values, self.settings.max_attention_values)
         self.scheduler.submit(list(sequences))
         return sequences
 

@@ -76,7 +76,11 @@ class Artifact:
         return self.dims.get("n_decoder_layers", self.dims.get("n_layers", 0))
 
     def load_tokenizer(self) -> Tokenizer:
-        tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        try:
+            tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+        except Exception as exc:  # the Rust error says what is wrong, not where: add the file
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise ArtifactError(f"{self.tokenizer_file}: cannot load the tokenizer ({detail})") from None
         # The server enforces its own limits with a clear 4xx; a silent truncation would hide them.
         tokenizer.no_truncation()
         tokenizer.no_padding()
@@ -141,8 +145,10 @@ def load_artifact(folder: Path) -> Artifact:
     path = folder / "config.json"
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: cannot read config.json ({exc})") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: cannot read config.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: expected a JSON object")
     where = str(path)
     version = _require(data, "format_version", int, where)
     if version != FORMAT_VERSION:
@@ -184,7 +190,10 @@ def load_artifact(folder: Path) -> Artifact:
     if not tokenizer_file.is_file():
         raise ArtifactError(f"{where}: tokenizer file {tokenizer_file} is missing")
     card_path = folder / str(data.get("card", "card.json"))
-    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    try:
+        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{card_path}: cannot read the model card ({exc})") from None
     return Artifact(
         folder=folder,
         name=_require(data, "name", str, where),

@@ -11,7 +11,7 @@ from typing import TypeAlias
 import numpy as np
 import onnxruntime as ort
 
-from service.runtime.artifact import GraphSpec
+from service.runtime.artifact import ArtifactError, GraphSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,15 @@ class GraphSession:
         self.name = f"{model}/{spec.role}"
         self.spec = spec
         path, self.quantization = self._pick_file(spec, options.quantization)
+        self.file = path
         requested = requested_providers(options.device)
-        self.session = ort.InferenceSession(str(path), sess_options=self._session_options(options), providers=requested)
+        try:
+            self.session = ort.InferenceSession(
+                str(path), sess_options=self._session_options(options), providers=requested
+            )
+        except Exception as exc:  # a corrupt or truncated file: one line that names it
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise ArtifactError(f"{path}: ONNX Runtime cannot load this graph ({detail})") from None
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
         # get_providers() is the truth.
         self.provider = self.session.get_providers()[0]
@@ -69,7 +76,7 @@ class GraphSession:
         self.output_names = [o.name for o in self.session.get_outputs()]
         missing = [n for n in spec.input_names if n not in self.input_names]
         if missing:
-            raise ValueError(f"{self.name}: graph {path} lacks inputs {missing} promised by config.json")
+            raise ArtifactError(f"{path}: the graph lacks inputs {missing} promised by config.json")
         log.info(
             "%s: loaded %s on %s (quantization=%s, io_binding=%s)",
             self.name,

@@ -104,3 +104,17 @@ def test_repeat_loop_detector() -> None:
     assert has_repeat_loop([1, 2, 3, 4, 2, 3, 4, 2, 3, 4])  # a run of 3, three times
     assert not has_repeat_loop([1, 2, 1, 2, 3, 1, 2])  # twice is not a loop
     assert not has_repeat_loop([1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5])  # a run of 5 is not counted
+
+
+def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
+    from scripts.gpu_train import pack_weights, unpack_weights
+
+    settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
+    state = train(Linear(), CountingTask(), tmp_path / "run", settings)
+    (tmp_path / "run" / "tokenizer.json").write_text('{"model": "tiny"}')
+    pack_weights(tmp_path / "run", tmp_path / "packed.safetensors")
+    unpack_weights(tmp_path / "packed.safetensors", tmp_path / "back")
+    assert (tmp_path / "back" / "tokenizer.json").read_text() == '{"model": "tiny"}'
+    settings.max_steps = 8
+    resumed = train(Linear(), CountingTask(), tmp_path / "back", settings)  # a fresh optimizer, same totals
+    assert (resumed.step, len(resumed.segments)) == (8, 2) and resumed.items_seen == state.items_seen + 3 * 64

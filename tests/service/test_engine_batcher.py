@@ -117,3 +117,19 @@ async def test_stop_fails_the_running_batch_and_the_queue() -> None:
     for request in (running, queued):
         with pytest.raises(Unavailable):
             await request
+
+
+async def test_one_bad_item_fails_only_its_own_request() -> None:
+    class Picky(Recorder):
+        def __call__(self, items: list[int]) -> list[int]:
+            if any(x < 0 for x in items):  # a row the model cannot run fails the whole call
+                raise RuntimeError("index out of range")
+            return super().__call__(items)
+
+    batcher = make(Picky(), max_wait_s=0.05)
+    batcher.start()
+    results = await asyncio.gather(*(batcher.submit([i]) for i in (1, -1, 2, 3)), return_exceptions=True)
+    assert results[0] == [10] and results[2] == [20] and results[3] == [30]
+    assert isinstance(results[1], InferenceFailed)
+    assert "index out of range" not in results[1].message  # ORT's internals stay in the log
+    await batcher.stop(Unavailable("stop"))

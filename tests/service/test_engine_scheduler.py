@@ -156,3 +156,25 @@ async def test_stop_during_prefill_fails_the_newcomers() -> None:
     release.set()
     with pytest.raises(Unavailable):
         await drain(seq)
+
+
+async def test_a_bad_newcomer_fails_only_its_own_request() -> None:
+    model = FakeModel()
+    original = model.prefill
+
+    def picky_prefill(sequences: list[Sequence]) -> tuple[list[Emit], FakeBatch]:
+        if any(getattr(s, "length", 0) == 99 for s in sequences):  # one row the graph cannot run
+            raise RuntimeError("indices element out of data bounds")
+        return original(sequences)
+
+    model.prefill = picky_prefill  # type: ignore[method-assign]
+    s = scheduler(model, max_wait_s=0.05)
+    s.start()
+    good, bad, other = Counting(2), Counting(99), Counting(3)
+    s.submit([good, bad, other])
+    assert await drain(good) == [0, 1, "done"]
+    assert await drain(other) == [0, 1, 2, "done"]
+    with pytest.raises(InferenceFailed) as failed:
+        await drain(bad)
+    assert "out of data bounds" not in failed.value.message
+    await s.stop(Unavailable("stop"))

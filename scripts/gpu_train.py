@@ -1,0 +1,131 @@
+"""Continue the stable (wsd) trainings on a lent GPU and bring them back: a prepared, time-capped job.
+
+Three steps; the middle one runs on the GPU machine through the device tool's `run`:
+
+    python -m scripts.gpu_train pack                  # here: .gpu/ <- data + runs/<model>/last as fp16
+    # device run, carry [".gpu"], timeout_s 600:
+    #   python3 -m scripts.gpu_train device --minutes 7
+    python -m scripts.gpu_train unpack /work/.device/...   # here: the files that came back -> runs/<model>/
+
+The GPU segment starts from the packed stable checkpoint (or, with none packed, from the committed
+artifacts) with a fresh optimizer, and is recorded on the card like any other segment. What comes back
+is each model's weights as fp16 safetensors (under the device tool's 16 MiB per file) with the
+training state (steps, minutes, segments, history) in its metadata. Cool down and evaluate here
+afterwards: `python -m scripts.train <model> --cooldown 15`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+PACK = Path(".gpu")
+MODELS = ("translator", "generator")
+DATA_FILES = ("translation/train.jsonl", "translation/valid.jsonl", "generation/train.txt", "generation/valid.txt")
+
+
+def pack_weights(run_dir: Path, out: Path) -> None:
+    """runs/<model>/last (+ resume state, config, tokenizer) -> one fp16 safetensors file with metadata."""
+    weights = {k: v.half() if v.is_floating_point() else v for k, v in load_file(run_dir / "last.safetensors").items()}
+    state = torch.load(run_dir / "resume.pt", weights_only=False)["state"]
+    metadata = {"state": json.dumps(state), "config": (run_dir / "config.json").read_text(),
+                "tokenizer": (run_dir / "tokenizer.json").read_text()}
+    save_file(weights, out, metadata=metadata)
+
+
+def unpack_weights(packed: Path, run_dir: Path) -> None:
+    """The inverse: a run folder that train() resumes (weights fp32, no optimizer state: a fresh one)."""
+    from safetensors import safe_open
+
+    with safe_open(packed, "pt") as f:
+        metadata = f.metadata()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.float() if v.is_floating_point() else v for k, v in load_file(packed).items()},
+              run_dir / "last.safetensors")
+    (run_dir / "config.json").write_text(metadata["config"])
+    (run_dir / "tokenizer.json").write_text(metadata["tokenizer"])
+    torch.save({"optimizer": None, "state": json.loads(metadata["state"])}, run_dir / "resume.pt")
+
+
+def pack(data: Path, runs: Path) -> None:
+    PACK.mkdir(exist_ok=True)
+    with tarfile.open(PACK / "data.tgz", "w:gz") as tar:
+        for name in DATA_FILES:
+            tar.add(data / name, arcname=name)
+    for kind in MODELS:
+        if (runs / kind / "resume.pt").exists():
+            pack_weights(runs / kind, PACK / f"{kind}.safetensors")
+            print(f"packed {runs / kind} -> {PACK / kind}.safetensors")
+        else:
+            print(f"no {runs / kind}: the GPU run starts from artifacts/{kind}")
+    size = sum(f.stat().st_size for f in PACK.iterdir()) / 2**20
+    print(f"{PACK}/: {size:.1f} MiB (the device tool carries at most 64 MiB with the working tree)")
+
+
+def device(minutes: float, out: Path) -> None:
+    """On the GPU machine: unpack, train every model at once for ``minutes``, pack the results into ``out``."""
+    with tarfile.open(PACK / "data.tgz") as tar:
+        tar.extractall(Path("data"), filter="data")
+    jobs = {}
+    for kind in MODELS:
+        packed = PACK / f"{kind}.safetensors"
+        if packed.exists():
+            unpack_weights(packed, Path("runs") / kind)
+        log = (out / f"{kind}.log").open("w")
+        jobs[kind] = (subprocess.Popen([sys.executable, "-m", "scripts.train", kind, "--minutes", str(minutes),
+                                        "--device", "cuda"], stdout=log, stderr=subprocess.STDOUT,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"}), log)
+    for kind, (job, log) in jobs.items():
+        code = job.wait()
+        log.close()
+        print(f"{kind}: exit {code}")
+        if (Path("runs") / kind / "resume.pt").exists():
+            pack_weights(Path("runs") / kind, out / f"{kind}.safetensors")
+
+
+def unpack(folder: Path, runs: Path) -> None:
+    for kind in MODELS:
+        packed = folder / f"{kind}.safetensors"
+        if not packed.exists():
+            print(f"{kind}: nothing came back")
+            continue
+        if (runs / kind).exists():
+            shutil.move(runs / kind, runs / f"{kind}.before-gpu")  # kept until the GPU segment is judged
+        unpack_weights(packed, runs / kind)
+        state = json.loads(json.dumps(torch.load(runs / kind / "resume.pt", weights_only=False)["state"]))
+        print(f"{kind}: step {state['step']}, {state['elapsed_s'] / 60:.1f} min, last segment {state['segments'][-1]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--data", type=Path, default=Path("data"))
+    p.add_argument("--runs", type=Path, default=Path("runs"))
+    d = sub.add_parser("device")
+    d.add_argument("--minutes", type=float, default=7.0)
+    d.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-out")))
+    u = sub.add_parser("unpack")
+    u.add_argument("folder", type=Path)
+    u.add_argument("--runs", type=Path, default=Path("runs"))
+    args = parser.parse_args()
+    if args.step == "pack":
+        pack(args.data, args.runs)
+    elif args.step == "device":
+        args.out.mkdir(parents=True, exist_ok=True)
+        device(args.minutes, args.out)
+    else:
+        unpack(args.folder, args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Run the reliability suite and write its figures.
+
+    python -m tests.reliability                      # every section against servers started here,
+                                                     # JSON to bench_results/reliability.json
+    python -m tests.reliability --readme             # also rewrite the table in README.md
+    python -m tests.reliability --url http://127.0.0.1:8000 --container CID \\
+        --sections load,sigterm --setting SERVE_DRAIN_TIMEOUT_S=5   # a running container (deploy test)
+
+Exit status 1 if any section failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.reliability import sections
+from tests.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
+from tests.reliability.report import README_BEGIN, README_END, table
+
+ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "disconnects", "soak")
+ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults")
+
+
+async def run_local(names: list[str], soak_s: float, examples: int) -> list[sections.Outcome]:
+    outcomes = []
+    shared = [n for n in ON_SERVER if n in names]
+    if shared:
+        with LocalServer() as server:
+            target = server.wait_ready()
+            for name in shared:
+                outcomes.append(await _run(name, target, soak_s, examples))
+    if "overload" in names:
+        with LocalServer(**OVERLOAD_SETTINGS) as server:
+            outcomes.append(await sections.overload(server.wait_ready()))
+    if "sigterm" in names:
+        with LocalServer(SERVE_MAX_BATCH_SIZE="16", SERVE_DRAIN_TIMEOUT_S="2") as server:
+            outcomes.append(await sections.sigterm(server.wait_ready()))
+    if "artifacts" in names:
+        outcomes.append(await sections.artifacts())
+    if "faults" in names:
+        outcomes.append(await sections.faults())
+    return outcomes
+
+
+async def _run(name: str, target: Target, soak_s: float, examples: int) -> sections.Outcome:
+    print(f"-- {name}", flush=True)
+    if name == "schemathesis":
+        return await sections.schemathesis(target, max_examples=examples)
+    if name == "soak":
+        return await sections.soak(target, seconds=soak_s)
+    if name == "sigterm":
+        return await sections.sigterm(target)
+    return await getattr(sections, name)(target)
+
+
+def container_target(url: str, container: str, settings: dict[str, str]) -> Target:
+    docker = os.environ.get("DOCKER", "docker")
+
+    def wait_exit(timeout: float) -> int:
+        done = subprocess.run([docker, "wait", container], capture_output=True, text=True, timeout=timeout)
+        return int(done.stdout.strip() or -1)
+
+    return Target(
+        url,
+        settings,
+        terminate=lambda: subprocess.run([docker, "kill", "--signal", "TERM", container], check=True, capture_output=True),
+        wait_exit=wait_exit,
+    )
+
+
+def write_report(outcomes: list[sections.Outcome], path: Path, mode: str, settings: dict[str, str]) -> dict[str, Any]:
+    report = {
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mode": mode,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "settings": settings,
+        "passed": all(o.passed for o in outcomes),
+        "seconds": round(sum(o.seconds for o in outcomes), 1),
+        "sections": {
+            o.name: {"passed": o.passed, "seconds": o.seconds, "figures": o.figures, "failures": o.failures}
+            for o in outcomes
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def update_readme(report: dict[str, Any]) -> None:
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    block = f"{README_BEGIN}\n{table(report)}\n{README_END}"
+    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {README_BEGIN} ... {README_END} block")
+    readme.write_text(pattern.sub(lambda _: block, text))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default=",".join(ALL), help=f"comma-separated, from {','.join(ALL)}")
+    parser.add_argument("--url", help="a running server (then --container for SIGTERM)")
+    parser.add_argument("--container", help="the container behind --url (docker kill / docker wait)")
+    parser.add_argument("--setting", action="append", default=[], help="NAME=VALUE the running server uses")
+    parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "reliability.json")
+    parser.add_argument("--readme", action="store_true", help="rewrite the table in README.md")
+    parser.add_argument("--soak-s", type=float, default=float(os.environ.get("RELIABILITY_SOAK_S", "30")))
+    parser.add_argument("--examples", type=int, default=10, help="schemathesis examples per operation")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.sections.split(",") if n.strip()]
+    unknown = set(names) - set(ALL)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}")
+    if args.url:
+        settings = dict(item.split("=", 1) for item in args.setting)
+        target = container_target(args.url, args.container, settings) if args.container else Target(args.url, settings)
+        outcomes = asyncio.run(_run_on(names, target, args.soak_s, args.examples))
+        mode = "running server"
+    else:
+        settings = SUITE_SETTINGS
+        outcomes = asyncio.run(run_local(names, args.soak_s, args.examples))
+        mode = "local servers"
+    report = write_report(outcomes, args.report, mode, settings)
+    print(table(report))
+    print(f"report: {args.report}")
+    for outcome in outcomes:
+        for failure in outcome.failures:
+            print(f"FAILED {outcome.name}: {failure}", file=sys.stderr)
+    if args.readme:
+        update_readme(report)
+    raise SystemExit(0 if report["passed"] else 1)
+
+
+async def _run_on(names: list[str], target: Target, soak_s: float, examples: int) -> list[sections.Outcome]:
+    # sigterm ends the server: run it last.
+    ordered = [n for n in names if n != "sigterm"] + (["sigterm"] if "sigterm" in names else [])
+    return [await _run(name, target, soak_s, examples) for name in ordered]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Collects each section's Outcome; at the end of the session writes the JSON report and prints the table.
+
+The report goes to $RELIABILITY_REPORT (default .pytest_cache/reliability.json): CI shows the figures in
+its log without touching the committed bench_results/reliability.json (`python -m tests.reliability`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.__main__ import write_report
+from tests.reliability.harness import REPO, SUITE_SETTINGS, LocalServer, Target
+from tests.reliability.report import table
+from tests.reliability.sections import Outcome
+
+OUTCOMES: list[Outcome] = []
+
+
+@pytest.fixture(scope="package")
+def suite_server() -> Iterator[Target]:
+    """One server (the committed artifacts, the suite's small limits) for the sections that share it."""
+    with LocalServer() as server:
+        yield server.wait_ready()
+
+
+@pytest.fixture
+def record() -> Iterator[list[Outcome]]:
+    yield OUTCOMES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not OUTCOMES:
+        return
+    path = Path(os.environ.get("RELIABILITY_REPORT", REPO / ".pytest_cache" / "reliability.json"))
+    report = write_report(OUTCOMES, path, "pytest", SUITE_SETTINGS)
+    terminalreporter.write_sep("-", f"reliability figures ({report['seconds']} s; {path})")
+    terminalreporter.write_line(table(report))

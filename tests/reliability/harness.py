@@ -1,0 +1,199 @@
+"""What the reliability sections run against: a server process started here (`python -m service` on a
+loopback port, RSS read from /proc) or one already running (a container: a URL, and a command that sends
+it SIGTERM). Plus the small HTTP and /metrics helpers the sections share."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+
+# The settings the suite's own servers run with: small limits, so that queues and long streams are cheap
+# to reach on a 2-core CI machine.
+SUITE_SETTINGS = {
+    "SERVE_INTRA_OP_THREADS": "1",
+    "SERVE_INTER_OP_THREADS": "1",
+    "SERVE_MAX_NEW_TOKENS": "240",
+    "SERVE_MAX_BATCH_SIZE": "8",
+    "SERVE_MAX_QUEUE_SIZE": "64",  # load runs 64 clients; `overload` runs on a server with a smaller queue
+    "SERVE_MAX_WAIT_MS": "2",
+    "SERVE_DRAIN_TIMEOUT_S": "3",
+    "SERVE_LOG_LEVEL": "warning",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process, from /proc (Linux)."""
+    match = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    return int(match.group(1)) / 1024 if match else float("nan")
+
+
+@dataclass
+class Target:
+    """A running server. `pid` is set when this process started it (RSS and exit status are readable);
+    `terminate` sends SIGTERM, `wait_exit(timeout)` returns the exit status."""
+
+    url: str
+    settings: dict[str, str]
+    pid: int | None = None
+    terminate: Callable[[], None] | None = None
+    wait_exit: Callable[[float], int] | None = None
+    stderr: Callable[[], str] = field(default=lambda: "")
+
+    def setting(self, name: str, default: str) -> str:
+        return self.settings.get(name, default)
+
+    def rss_mb(self) -> float | None:
+        return rss_mb(self.pid) if self.pid is not None else None
+
+
+class LocalServer:
+    """`python -m service` in a child process, on a free loopback port."""
+
+    def __init__(self, artifacts: Path = ARTIFACTS, **overrides: str) -> None:
+        self.port = free_port()
+        self.settings = {**SUITE_SETTINGS, **overrides}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
+        env |= {"SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(self.port), "SERVE_ARTIFACTS_DIR": str(artifacts)}
+        env |= self.settings
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service"], env=env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def target(self) -> Target:
+        return Target(
+            self.url,
+            self.settings,
+            pid=self.proc.pid,
+            terminate=lambda: self.proc.send_signal(signal.SIGTERM),
+            wait_exit=lambda timeout: self.proc.wait(timeout=timeout),
+            stderr=self.output,
+        )
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait_ready(self, timeout: float = 120.0) -> Target:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    return self.target()
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the server was not ready after {timeout}s:\n{self.output()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def __enter__(self) -> LocalServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of one Prometheus metric whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        sample, _, rest = head.partition("{")
+        if sample != name:
+            continue
+        if all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def is_error_shape(body: Any) -> bool:
+    """The project's error shape, or OpenAI's on the OpenAI routes: both have error.type and error.message."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("type"), str) and isinstance(error.get("message"), str)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def slope_per_minute(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value) samples, per minute."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mx = sum(t for t, _ in samples) / n
+    my = sum(v for _, v in samples) / n
+    var = sum((t - mx) ** 2 for t, _ in samples)
+    return 60 * sum((t - mx) * (v - my) for t, v in samples) / var if var else 0.0
+
+
+async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) pairs of a Server-Sent Events response, as they arrive."""
+    name, data = "message", []
+    async for line in response.aiter_lines():
+        if line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            yield name, "\n".join(data)
+            name, data = "message", []
+    if data:
+        yield name, "\n".join(data)
+
+
+async def sse_events(response: httpx.Response) -> list[tuple[str, str]]:
+    return [event async for event in iter_sse(response)]
+
+
+async def gather_limited(limit: int, coroutines: list[Any]) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def run(coroutine: Any) -> Any:
+        async with semaphore:
+            return await coroutine
+
+    return await asyncio.gather(*(run(c) for c in coroutines))
+
+
+# `overload` gets its own server with a small queue: 10x capacity stays a few hundred clients.
+OVERLOAD_SETTINGS = {"SERVE_MAX_BATCH_SIZE": "8", "SERVE_MAX_QUEUE_SIZE": "16"}

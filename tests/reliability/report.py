@@ -1,0 +1,81 @@
+"""The README table of the reliability report: one row per section, its main figures and the result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+README_BEGIN = "<!-- reliability:begin (python -m tests.reliability --readme) -->"
+README_END = "<!-- reliability:end -->"
+
+CHECKS = {
+    "schemathesis": "every operation of /openapi.json, positive and negative data: no 5xx, responses match the schema",
+    "bad_input": "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): a 4xx in our shape, healthy after each",
+    "load": "mixed requests at concurrency 64, each answer equal to the same request sent alone",
+    "attention": "return_attention: over the limit refused at once; the largest allowed answer bounded, /health responsive, memory returned",
+    "disconnects": "clients hanging up mid-stream and mid-request: gauges back to 0",
+    "overload": "10x capacity (batch rows + queue): only 200 or 429 + Retry-After, bounded queue, normal latency after",
+    "soak": "steady mixed traffic, RSS sampled: no growth trend",
+    "sigterm": "SIGTERM with streams in flight: exit 0 within the drain timeout, every stream ends with done or error",
+    "artifacts": "mismatched config.json, broken tokenizer or graph: exit non-zero, one line naming the file",
+    "faults": "ORT failure mid-batch (every waiter errors, server recovers); a bug in a request (JSON 500, keep-alive kept, no request text logged); slow headers (408)",
+}
+
+
+def _figures(name: str, f: dict[str, Any]) -> str:
+    if name == "schemathesis":
+        return f"{f['requests']} requests, {f['server_errors']} 5xx, {f['failed_checks']} failed checks"
+    if name == "bad_input":
+        return f"{f['cases']} cases, statuses {f['statuses']}"
+    if name == "load":
+        return (
+            f"{f['requests']} requests, {f['req_per_s']} req/s, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
+            f"{f['mismatched']} mismatched (max score diff {f['max_score_diff']})"
+        )
+    if name == "attention":
+        rss = f" RSS {f['rss_before_mb']} -> {f['rss_peak_mb']} -> {f['rss_after_mb']} MB;" if "rss_after_mb" in f else ""
+        return (
+            f"over limit: {f['refused_status']} in {f['refused_ms']} ms; {f['allowed_texts']} x {f['tokens_per_text']} tokens: "
+            f"{f['response_mb']} MB in {f['response_s']} s;{rss} /health worst {f['health_worst_ms']} ms"
+        )
+    if name == "disconnects":
+        return f"{f['disconnects']} hang-ups, gauges at 0 after {f['gauges_zero_after_s']} s"
+    if name == "overload":
+        rss = f", RSS peak {f['rss_peak_mb']} MB" if "rss_peak_mb" in f else ""
+        return (
+            f"{f['clients']} clients, {f['requests']} requests: {f['ok']} x 200, {f['rejected_429']} x 429; "
+            f"queue peak {f['peak_queue']}/{f['queue_limit']}{rss}; latency {f['latency_before_ms']} -> {f['latency_after_ms']} ms"
+        )
+    if name == "soak":
+        return (
+            f"{f['seconds']:.0f} s, {f['requests']} requests, RSS {f['rss_start_mb']} -> {f['rss_end_mb']} MB "
+            f"({f['slope_mb_per_min']} MB/min)"
+        )
+    if name == "sigterm":
+        return (
+            f"{f['streams']} streams: {f['finished']} finished, {f['cut_with_error_event']} cut with an error event, "
+            f"{f['unclean']} unclean; exit {f['exit_status']} after {f['exit_after_s']} s (drain {f['drain_timeout_s']} s)"
+        )
+    if name == "artifacts":
+        return f"{f['cases']} cases, exit within {f['max_exit_s']} s"
+    if name == "faults":
+        return (
+            f"ORT failure: {f.get('ort_failure_errors')}/{f.get('ort_failure_waiters')} waiters got an error; "
+            f"500 then keep-alive: {'/'.join(f.get('internal_error_then_keepalive', []))}; "
+            f"slow header closed after {f.get('slow_header_closed_after_s')} s"
+        )
+    return ", ".join(f"{k} {v}" for k, v in f.items())
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = [
+        "| section | checks | figures | result |",
+        "|---|---|---|---|",
+    ]
+    for name, section in report["sections"].items():
+        try:
+            figures = _figures(name, section["figures"])
+        except KeyError:
+            figures = "; ".join(section["failures"])[:200]
+        result = f"pass ({section['seconds']} s)" if section["passed"] else "**FAIL**"
+        rows.append(f"| {name} | {CHECKS.get(name, '')} | {figures} | {result} |")
+    return "\n".join(rows)

@@ -1,0 +1,69 @@
+"""The reliability suite (issue 12) in CI: loopback only, bounded loops, a few minutes on 2 cores.
+Each test runs one section of tests/reliability/sections.py and fails on any of its failures."""
+
+from __future__ import annotations
+
+import os
+
+from tests.reliability import sections
+from tests.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
+from tests.reliability.sections import Outcome
+
+SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
+
+
+def passed(outcome: Outcome, record: list[Outcome]) -> bool:
+    record.append(outcome)
+    return outcome.passed
+
+
+async def test_schemathesis(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.schemathesis(suite_server, max_examples=8)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_bad_input(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.bad_input(suite_server)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_load_equals_solo(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.load(suite_server, requests=256, concurrency=64)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_attention_amplification(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.attention(suite_server)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_disconnects(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.disconnects(suite_server)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_soak(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.soak(suite_server, seconds=SOAK_S)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_overload(record: list[Outcome]) -> None:
+    with LocalServer(**OVERLOAD_SETTINGS) as server:
+        outcome = await sections.overload(server.wait_ready(), seconds=5)
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_sigterm(record: list[Outcome]) -> None:
+    with LocalServer(SERVE_MAX_BATCH_SIZE="16", SERVE_DRAIN_TIMEOUT_S="2") as server:
+        outcome = await sections.sigterm(server.wait_ready())
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_artifacts(record: list[Outcome]) -> None:
+    outcome = await sections.artifacts()
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_faults(record: list[Outcome]) -> None:
+    outcome = await sections.faults()
+    assert passed(outcome, record), outcome.failures
