@@ -1,14 +1,19 @@
 """Export trained checkpoints (runs/<model>/) to artifacts/<model>/, or tiny random models for tests.
 
     python -m scripts.export translator generator classifier   # from runs/ to artifacts/
+    python -m scripts.export translator --run runs/translator/cooldown --if-better
+                                                               # a cooled-down branch, only if its
+                                                               # validation loss beats the committed card's
     python -m scripts.export --tiny --out /tmp/tiny-artifacts  # tiny random models
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from model.checkpoint import export_checkpoint
 from model.export import export_tiny_artifacts
@@ -23,6 +28,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("artifacts"))
     parser.add_argument("--tiny", action="store_true", help="export tiny randomly initialized models")
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 variants")
+    parser.add_argument("--run", type=Path, default=None, help="export this run folder (one model) instead")
+    parser.add_argument("--if-better", action="store_true",
+                        help="replace the artifact only if the run's validation loss is lower than its card's")
     args = parser.parse_args()
     unknown = set(args.models) - set(KINDS)
     if unknown:
@@ -31,8 +39,27 @@ def main() -> None:
     if args.tiny:
         export_tiny_artifacts(args.out, tuple(args.models or KINDS))
         return
+    if args.run and len(args.models) != 1:
+        parser.error("--run exports one model: name it")
     for kind in args.models or KINDS:
-        export_checkpoint(kind, args.runs / kind, args.out / kind, int8=not args.no_int8)
+        run = args.run or args.runs / kind
+        if args.if_better and not improves(run / "card.json", args.out / kind / "card.json"):
+            continue
+        export_checkpoint(kind, run, args.out / kind, int8=not args.no_int8)
+
+
+def validation_loss(card: dict[str, Any]) -> float:
+    metrics = card.get("metrics", {})
+    return float(metrics.get("val_loss", metrics.get("best_val_loss", float("inf"))))
+
+
+def improves(candidate: Path, committed: Path) -> bool:
+    """True when the candidate card's validation loss is lower than the committed one's (or none is committed)."""
+    new = validation_loss(json.loads(candidate.read_text()))
+    old = validation_loss(json.loads(committed.read_text())) if committed.exists() else float("inf")
+    print(f"{candidate.parent}: validation loss {new:.4f} vs committed {old:.4f}: "
+          f"{'replacing' if new < old else 'keeping the committed artifact'}")
+    return new < old
 
 
 if __name__ == "__main__":

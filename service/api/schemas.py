@@ -179,7 +179,9 @@ class CompletionRequest(Request):
         | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)]
     )
     suffix: None = Field(None, description="not supported (must be null)")
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(
+        16, ge=0, description="0 with echo: score the prompt only; beyond the context: clamped (finish 'length')"
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=16)
@@ -217,15 +219,15 @@ class CompletionRequest(Request):
     def _supported(self) -> CompletionRequest:
         if self.best_of is not None and self.best_of != self.n:
             raise ValueError("best_of different from n is not supported")
-        if self.echo and self.logprobs is not None:
-            raise ValueError("echo with logprobs is not supported")
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 is only meaningful with echo (scoring the prompt)")
         return self
 
 
 class CompletionLogprobs(Response):
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]] | None
+    token_logprobs: list[float | None] = Field(description="with echo, the first prompt token's is null")
+    top_logprobs: list[dict[str, float] | None] | None
     text_offset: list[int]
 
 
