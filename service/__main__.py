@@ -26,6 +26,7 @@ from service.engine.engine import Engine
 from service.engine.metrics import Metrics
 from service.http_protocol import header_timeout_protocol
 from service.runtime.artifact import ArtifactError
+from service.logs import configure_logging
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -80,7 +81,7 @@ def main() -> None:
         )
         print(f"invalid settings:\n{problems}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_config = configure_logging(settings.log_level, settings.log_format)
     engine = Engine(settings, Metrics())
     try:
         engine.load()
@@ -93,6 +94,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=log_config,
         http=header_timeout_protocol(settings.header_timeout_s),
         timeout_graceful_shutdown=CLOSE_GRACE_S,
     )

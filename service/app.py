@@ -9,13 +9,19 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api import classify, completions, generate, health, models, translate
+from fastapi.middleware.cors import CORSMiddleware
+
+from service.api import classify, completions, generate, health, hf, models, tokenizer, translate
 from service.api.auth import ApiKeyMiddleware
+from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import router as metrics_router
 from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
+from service.api.openai_errors import OpenAIErrorMiddleware
 from service.api.openapi import install_openapi
+from service.api.playground import install_playground
 from service.api.schemas import ErrorResponse
+from service.api.tracing import RequestContextMiddleware
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
 from service.settings import Settings
@@ -28,7 +34,12 @@ encoder classifier (dynamic batching, sentence pairs). Every endpoint can return
 
 Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
 413 body too large, 422 invalid input, 429 queue full (with `Retry-After`), 503 draining or not loaded,
-504 timeout."""
+504 timeout. The OpenAI-compatible routes (`/v1/completions`, `/v1/models`) answer OpenAI's
+`{"error": {"message", "type", "param", "code"}}` instead.
+
+Clients: OpenAI SDKs (`/v1`), Hugging Face TGI and Inference API clients (`/generate`,
+`/generate_stream`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes (`/tokenize`,
+`/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name); 500: a failed model run.
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
@@ -69,7 +80,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             await asyncio.gather(warm, return_exceptions=True)
             await engine.stop()
 
-    app = FastAPI(title="transformer-serving", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="transformer-serving",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served offline by install_docs
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.inflight = InFlight()
     install_error_handlers(app)
@@ -79,9 +97,22 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(ApiKeyMiddleware, key=settings.api_key, public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)
     app.add_middleware(InternalErrorMiddleware)
+    # Client compatibility (outside the above): OpenAI error bodies, request ids and timing headers, CORS.
+    app.add_middleware(OpenAIErrorMiddleware)
+    app.add_middleware(RequestContextMiddleware)
+    if settings.cors_origins:  # outermost: a preflight is answered before the API key is asked for
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time", "retry-after"],
+        )
+    install_docs(app)
+    install_playground(app)
     app.include_router(health.router)
     app.include_router(metrics_router)
-    for module in (translate, generate, completions, classify, models):
+    for module in (translate, generate, completions, classify, models, tokenizer, hf):
         app.include_router(module.router, responses=ERRORS)  # type: ignore[arg-type]
     return app
 

@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     warmup: bool = True
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # Client compatibility and operations (README "Clients" and "Operations").
+    log_format: Literal["text", "json"] = "text"
+    # A max_tokens / max_new_tokens beyond the model's context is clamped to what fits (finish_reason
+    # "length"), as OpenAI-style clients expect; true makes it a 422 instead.
+    strict_max_tokens: bool = False
+    # Origins allowed to call the API from a browser ("*" for any); empty: no CORS headers at all.
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A comment line on an idle event stream every this many seconds keeps proxies from closing it (0: off).
+    sse_keepalive_s: float = Field(default=15.0, ge=0, le=3600)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -65,7 +74,14 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(MODEL_NAMES)}")
         return list(dict.fromkeys(value))
 
-    @field_validator("log_level", mode="before")
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
+
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

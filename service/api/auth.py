@@ -15,7 +15,7 @@ from service.api.errors import error_response
 # Open with a key set: probes and scraping. Everything else needs the key, routes added later included.
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 # Open too when SERVE_PUBLIC_DOCS=true (a browser on /docs cannot send the key).
-DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")
+DOCS_PATHS = ("/docs", "/redoc", "/openapi.json", "/playground")  # the playground asks for the key itself
 
 
 def authorized(authorization: str, key: SecretStr) -> bool:

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import ApiError, error_body, log_internal_error
+from service.api.errors import ENGINE_STATUS, ApiError, log_internal_error
+from service.api.openai_errors import openai_error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
-from service.api.sse import SSE_HEADERS, sse
+from service.api.sse import sse, streaming_response
 from service.engine.errors import EngineError
 from service.engine.generation import (
     GenerationParams,
@@ -24,6 +24,7 @@ from service.engine.generation import (
     TokenEvent,
 )
 from service.engine.sampling import SamplingParams
+from service.engine.scoring import TokenScore
 from service.engine.scheduler import collect
 
 router = APIRouter(tags=["openai"])
@@ -41,19 +42,26 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
     return list(p)  # type: ignore[arg-type]
 
 
-def _sequences(generator: GenerationService, body: CompletionRequest) -> tuple[list[GenerationSequence], list[str]]:
-    """One sequence per (prompt, choice); choice i of prompt j has index j * n + i, as OpenAI numbers them."""
+def _sequences(
+    generator: GenerationService, body: CompletionRequest
+) -> tuple[list[GenerationSequence], list[str], list[list[int]]]:
+    """One sequence per (prompt, choice); choice i of prompt j has index j * n + i, as OpenAI numbers them.
+    Also the echoed texts (one per choice) and the prompts' token ids (one per prompt)."""
     prompts = _prompts(body)
     if len(prompts) * body.n > generator.settings.max_queue_size:
         raise ApiError(422, "validation_error", f"prompts x n must be <= {generator.settings.max_queue_size}", "n")
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     bias = {int(k): v for k, v in (body.logit_bias or {}).items()}
-    sequences, echoes = [], []
+    sequences, echoes, prompt_ids = [], [], []
     for j, prompt in enumerate(prompts):
         field = "prompt" if len(prompts) == 1 else f"prompt[{j}]"
         ids = generator.tokenize(prompt, field)
-        max_new = generator.new_tokens(ids, body.max_tokens)
+        prompt_ids.append(ids)
         echo = (prompt if isinstance(prompt, str) else generator.tokenizer.decode(ids)) if body.echo else ""
+        echoes += [echo] * body.n
+        if body.max_tokens == 0:
+            continue  # echo only: the prompt is scored, nothing is generated
+        max_new = generator.new_tokens(ids, body.max_tokens)
         for i in range(body.n):
             sampling = SamplingParams(
                 temperature=body.temperature,
@@ -69,8 +77,49 @@ def _sequences(generator: GenerationService, body: CompletionRequest) -> tuple[l
                 max_new_tokens=max_new, sampling=sampling, stop=stop, ignore_eos=body.ignore_eos, logprobs=body.logprobs
             )
             sequences.append(generator.sequence(ids, params))
-            echoes.append(echo)
-    return sequences, echoes
+    return sequences, echoes, prompt_ids
+
+
+def _prompt_logprobs(scores: list[TokenScore], generator: GenerationService) -> CompletionLogprobs:
+    """The echoed prompt's logprobs: the first token has none (null), as in OpenAI's API."""
+    texts = [generator.tokenizer.decode([t.id]) for t in scores]
+    offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+    top = [{generator.tokenizer.decode([i]): lp for i, lp in t.top} if t.top is not None else None for t in scores]
+    return CompletionLogprobs(
+        tokens=texts,
+        token_logprobs=[t.logprob for t in scores],
+        top_logprobs=top if any(x is not None for x in top) else None,
+        text_offset=offsets,
+    )
+
+
+def _joined(first: CompletionLogprobs | None, then: CompletionLogprobs | None) -> CompletionLogprobs | None:
+    if first is None or then is None:
+        return first or then
+    top = None
+    if first.top_logprobs is not None or then.top_logprobs is not None:
+        top = (first.top_logprobs or [None] * len(first.tokens)) + (then.top_logprobs or [{}] * len(then.tokens))
+    return CompletionLogprobs(
+        tokens=first.tokens + then.tokens,
+        token_logprobs=first.token_logprobs + then.token_logprobs,
+        top_logprobs=top,
+        text_offset=first.text_offset + then.text_offset,
+    )
+
+
+async def _scored_prompts(
+    generator: GenerationService, body: CompletionRequest, prompt_ids: list[list[int]], deadline: float
+) -> list[CompletionLogprobs | None]:
+    """One entry per choice: the prompt's logprobs when echo and logprobs are both asked for."""
+    if not (body.echo and body.logprobs is not None):
+        return [None] * (len(prompt_ids) * body.n)
+    scores = await generator.scorer.score(prompt_ids, body.logprobs, deadline)
+    return [_prompt_logprobs(s, generator) for s in scores for _ in range(body.n)]
+
+
+def _echo_only(prompt_ids: list[list[int]], n: int) -> list[GenerationResult]:
+    """max_tokens 0: a finished, empty completion per choice."""
+    return [GenerationResult("", "length", len(ids), 0, 0, []) for ids in prompt_ids for _ in range(n)]
 
 
 def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationService) -> CompletionLogprobs:
@@ -91,10 +140,6 @@ def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationServic
 def _usage(results: list[GenerationResult], prompt_tokens: int) -> Usage:
     completion = sum(r.completion_tokens for r in results)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
-
-
-def _prompt_tokens(sequences: list[GenerationSequence], n: int) -> int:
-    return sum(len(s.prompt_ids) for s in sequences[::n])  # each prompt counted once, as OpenAI does
 
 
 async def _merged(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
@@ -133,12 +178,14 @@ class _Chunks:
         self,
         model: str,
         body: CompletionRequest,
-        sequences: list[GenerationSequence],
+        prompt_ids: list[list[int]],
         echoes: list[str],
+        echo_logprobs: list[CompletionLogprobs | None],
         generator: GenerationService,
     ) -> None:
         self.id, self.created, self.model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), model
-        self.body, self.sequences, self.echoes, self.generator = body, sequences, echoes, generator
+        self.body, self.prompt_ids, self.echoes, self.generator = body, prompt_ids, echoes, generator
+        self.echo_logprobs = echo_logprobs
         self.offsets = [len(e) for e in echoes]
         self.results: list[GenerationResult] = []
 
@@ -154,7 +201,11 @@ class _Chunks:
         return sse(data)
 
     def start(self) -> list[str]:
-        return [self.chunk([self._choice(i, e)]) for i, e in enumerate(self.echoes) if e]
+        return [
+            self.chunk([self._choice(i, e, lp.model_dump() if lp else None)])
+            for i, (e, lp) in enumerate(zip(self.echoes, self.echo_logprobs, strict=True))
+            if e
+        ]
 
     def event(self, index: int, event: TokenEvent | GenerationResult) -> str | None:
         if isinstance(event, GenerationResult):
@@ -172,7 +223,8 @@ class _Chunks:
         chunks = []
         options = self.body.stream_options
         if options is not None and options.include_usage:
-            chunks.append(self.chunk([], _usage(self.results, _prompt_tokens(self.sequences, self.body.n))))
+            prompt_tokens = sum(len(ids) for ids in self.prompt_ids)
+            chunks.append(self.chunk([], _usage(self.results, prompt_tokens)))
         return [*chunks, sse("[DONE]")]
 
     @staticmethod
@@ -193,11 +245,11 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
         for chunk in chunks.end():
             yield chunk
     except EngineError as exc:  # in-band, then the end marker OpenAI clients wait for
-        yield sse(error_body(exc.type, exc.message, exc.field))
+        yield sse(openai_error_body(ENGINE_STATUS.get(type(exc), 500), exc.type, exc.message, exc.field))
         yield sse("[DONE]")
     except Exception as exc:
         log_internal_error(exc, "POST /v1/completions (stream)")
-        yield sse(error_body("internal_error", "internal server error"))
+        yield sse(openai_error_body(500, "internal_error", "internal server error", None))
         yield sse("[DONE]")
     finally:
         await events.aclose()  # type: ignore[attr-defined]
@@ -212,30 +264,37 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
         raise ApiError(
             404, "model_not_found", f"model {body.model!r} is not served here; use {generator.name!r}", "model"
         )
-    sequences, echoes = _sequences(generator, body)
-    generator.submit(sequences)
+    sequences, echoes, prompt_ids = _sequences(generator, body)
     deadline = generator.deadline()
+    echo_logprobs = await unless_disconnected(request, _scored_prompts(generator, body, prompt_ids, deadline))
+    generator.submit(sequences)
     if body.stream:
-        chunks = _Chunks(generator.name, body, sequences, echoes, generator)
-        return StreamingResponse(
-            _stream(chunks, _merged([generator.events(s, deadline) for s in sequences])),
-            media_type="text/event-stream",
-            headers=SSE_HEADERS,
-        )
-    results = await unless_disconnected(request, collect([generator.result(s, deadline) for s in sequences]))
+        chunks = _Chunks(generator.name, body, prompt_ids, echoes, echo_logprobs, generator)
+        events = _merged([generator.events(s, deadline) for s in sequences]) if sequences else _echoed(body, prompt_ids)
+        return streaming_response(request, _stream(chunks, events))
+    if sequences:
+        results = await unless_disconnected(request, collect([generator.result(s, deadline) for s in sequences]))
+    else:
+        results = _echo_only(prompt_ids, body.n)
     choices = [
         CompletionChoice(
             text=echo + r.text,
             index=i,
-            logprobs=_logprobs(r.tokens, len(echo), generator) if body.logprobs is not None else None,
+            logprobs=_joined(lp, _logprobs(r.tokens, len(echo), generator)) if body.logprobs is not None else None,
             finish_reason=FINISH[r.finish_reason],  # type: ignore[arg-type]
         )
-        for i, (r, echo) in enumerate(zip(results, echoes, strict=True))
+        for i, (r, echo, lp) in enumerate(zip(results, echoes, echo_logprobs, strict=True))
     ]
     return CompletionResponse(
         id=f"cmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=generator.name,
         choices=choices,
-        usage=_usage(results, _prompt_tokens(sequences, body.n)),
+        usage=_usage(results, sum(len(ids) for ids in prompt_ids)),  # each prompt counted once, as OpenAI does
     )
+
+
+async def _echoed(body: CompletionRequest, prompt_ids: list[list[int]]) -> AsyncIterator[tuple[int, Any]]:
+    """The events of an echo-only (max_tokens 0) stream: each choice finishes at once."""
+    for index, result in enumerate(_echo_only(prompt_ids, body.n)):
+        yield index, result

@@ -13,7 +13,6 @@ server cannot honour (grammar, watermark, best_of > 1, typical_p, adapters) is a
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -24,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ApiError
-from service.api.schemas import MAX_SEED, NonEmptyText
+from service.api.schemas import MAX_SEED, NonEmptyText, TranslateRequest
 from service.api.served import Service, service_named, services
-from service.api.sse import event_stream
+from service.api.sse import event_stream, sse
+from service.api.translate import translation_params
 from service.engine.classification import ClassificationService
 from service.engine.engine import Engine
 from service.engine.generation import GenerationParams, GenerationResult, GenerationService, TokenEvent
 from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationParams, TranslationService
+from service.engine.translation import TranslationService
 
 router = APIRouter(tags=["hugging face"])
 
@@ -91,10 +91,12 @@ class ClassificationRequest(_Lenient):
 
 
 class TranslationGenerateParameters(_Lenient):
-    max_new_tokens: int | None = Field(None, ge=1)
-    num_beams: int = Field(4, ge=1, le=16)
-    length_penalty: float = Field(1.0, ge=0.0, le=10.0)
-    no_repeat_ngram_size: int = Field(0, ge=0, le=16)
+    """Passed on to /v1/translate's request (its defaults and limits apply)."""
+
+    max_new_tokens: int | None = None
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
 
 
 class TranslationParameters(_Lenient):
@@ -182,7 +184,7 @@ async def _tgi_generate(generator: GenerationService, body: TgiRequest, request:
 
 def _tgi_error(type: str, message: str, field: str | None) -> str:
     """TGI's in-stream error event: `{"error": message, "error_type": kind}`."""
-    return f"data: {json.dumps({'error': message, 'error_type': type, 'field': field})}\n\n"
+    return sse({"error": message, "error_type": type, "field": field})
 
 
 async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: Request) -> Any:
@@ -218,7 +220,7 @@ def _tgi_chunk(token: TokenEvent, p: TgiParameters, text: str | None, details: d
         "generated_text": text,
         "details": details,
     }
-    return f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return sse(chunk)
 
 
 async def _tgi(generator: GenerationService, body: TgiRequest, request: Request, as_list: bool) -> Any:
@@ -258,13 +260,8 @@ async def _classify(classifier: ClassificationService, body: ClassificationReque
 async def _translate(translator: TranslationService, body: TranslationRequest, request: Request) -> Any:
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
-    g = body.parameters.generate_parameters
-    params = TranslationParams(
-        num_beams=g.num_beams,
-        length_penalty=g.length_penalty,
-        max_new_tokens=g.max_new_tokens,
-        no_repeat_ngram_size=g.no_repeat_ngram_size,
-    )
+    chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
+    params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}))
     results = await unless_disconnected(request, translator.translate(texts, fields, params))
     return [{"translation_text": r.hypotheses[0].text} for r in results]
 

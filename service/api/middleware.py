@@ -13,7 +13,30 @@ from service.api.errors import error_response, internal_error_response, log_inte
 from service.engine.metrics import Metrics
 
 INFERENCE_PATHS = frozenset({"/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"})
-KNOWN_PATHS = INFERENCE_PATHS | {"/v1/models", "/health", "/ready", "/metrics", "/docs", "/openapi.json"}
+# TGI / Inference API routes (service/api/hf.py); POST /models/{name} is one too.
+HF_INFERENCE_PATHS = frozenset({"/generate", "/generate_stream", "/"})
+KNOWN_PATHS = INFERENCE_PATHS | HF_INFERENCE_PATHS | {
+    "/v1/models", "/health", "/ready", "/metrics", "/docs", "/redoc", "/openapi.json", "/playground",
+    "/tokenize", "/detokenize", "/tokenizer_info", "/info",
+}  # fmt: skip
+
+
+def endpoint_label(path: str) -> str:
+    """The metrics label: known paths as they are, path parameters folded, anything else "other"."""
+    if path in KNOWN_PATHS:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}"
+    if path.startswith("/models/"):
+        return "/models/{name}"
+    return "other"
+
+
+def is_inference(method: str, path: str) -> bool:
+    """Counted in flight and refused while draining."""
+    if path in INFERENCE_PATHS:
+        return True
+    return method == "POST" and (path in HF_INFERENCE_PATHS or path.startswith("/models/"))
 
 
 class InFlight:
@@ -37,8 +60,8 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        endpoint = path if path in KNOWN_PATHS else "other"
-        inference = path in INFERENCE_PATHS
+        endpoint = endpoint_label(path)
+        inference = is_inference(scope.get("method", ""), path)
         status = 500
 
         async def send_with_status(message: Message) -> None:

@@ -11,9 +11,11 @@ from fastapi.responses import StreamingResponse
 
 from service.api.deps import unless_disconnected
 from service.api.errors import error_body, log_internal_error
+from service.api.keepalive import with_keepalive
 from service.engine.errors import EngineError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ErrorRenderer = Callable[[str, str, str | None], str]  # (type, message, field) -> one event
 
 
 def stream_doc(events: str) -> dict[int | str, dict[str, Any]]:
@@ -31,24 +33,36 @@ def sse(data: Any, event: str | None = None) -> str:
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
 
 
-async def _events(first: Any, events: AsyncIterator[Any], render: Callable[[Any], str]) -> AsyncIterator[str]:
+def error_event(type: str, message: str, field: str | None = None) -> str:
+    return sse({"type": "error", **error_body(type, message, field)}, "error")
+
+
+async def _events(
+    first: Any, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer
+) -> AsyncIterator[str]:
     try:
         yield render(first)
         async for event in events:
             yield render(event)
     except EngineError as exc:  # after the first event the status is sent: report in-band
-        yield sse({"type": "error", **error_body(exc.type, exc.message, exc.field)}, "error")
+        yield on_error(exc.type, exc.message, exc.field)
     except Exception as exc:
         log_internal_error(exc, "event stream")
-        yield sse({"type": "error", **error_body("internal_error", "internal server error")}, "error")
+        yield on_error("internal_error", "internal server error", None)
     finally:
         await events.aclose()  # type: ignore[attr-defined]
 
 
 async def event_stream(
-    request: Request, events: AsyncIterator[Any], render: Callable[[Any], str]
+    request: Request, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer = error_event
 ) -> StreamingResponse:
     """Wait for the first event before answering 200, so queueing and prefill errors get a real status;
     then stream every event rendered by `render`, and an `error` event if the engine fails mid-way."""
     first = await unless_disconnected(request, anext(events))
-    return StreamingResponse(_events(first, events, render), media_type="text/event-stream", headers=SSE_HEADERS)
+    return streaming_response(request, _events(first, events, render, on_error))
+
+
+def streaming_response(request: Request, chunks: AsyncIterator[str]) -> StreamingResponse:
+    """The event-stream response of every streaming route, with keep-alive comments (SERVE_SSE_KEEPALIVE_S)."""
+    interval = request.app.state.settings.sse_keepalive_s
+    return StreamingResponse(with_keepalive(chunks, interval), media_type="text/event-stream", headers=SSE_HEADERS)

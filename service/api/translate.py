@@ -22,7 +22,7 @@ STREAM_DOC = stream_doc(
 )
 
 
-def _params(body: TranslateRequest) -> TranslationParams:
+def translation_params(body: TranslateRequest) -> TranslationParams:
     sampling = None
     if body.do_sample:
         sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
@@ -65,7 +65,7 @@ async def translate(body: TranslateRequest, engine: EngineDep, request: Request)
     texts = [body.text] if isinstance(body.text, str) else body.text
     fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
     if body.stream:
-        return await event_stream(request, translator.stream(texts, fields, _params(body)), _event)
-    results = await unless_disconnected(request, translator.translate(texts, fields, _params(body)))
+        return await event_stream(request, translator.stream(texts, fields, translation_params(body)), _event)
+    results = await unless_disconnected(request, translator.translate(texts, fields, translation_params(body)))
     response = TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])
     return await large_json(response) if body.return_attention else response

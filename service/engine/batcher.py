@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, QueueFull
 from service.engine.metrics import Metrics
+from service.request_context import RequestTiming, current_timing
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class _Entry(Generic[I, O]):
     item: I
     future: asyncio.Future[O]
     enqueued: float = field(default_factory=time.perf_counter)
+    timing: RequestTiming | None = field(default_factory=current_timing)  # the HTTP request's, if any
 
 
 class DynamicBatcher(Generic[I, O]):
@@ -116,6 +118,8 @@ class DynamicBatcher(Generic[I, O]):
                 continue
             self.metrics.queue_time.labels(self.name).observe(now - entry.enqueued)
             batch.append(entry)
+            if entry.timing is not None:
+                entry.timing.admit(entry.enqueued, now)
         self._set_depth()
         return batch
 
@@ -143,3 +147,4 @@ class DynamicBatcher(Generic[I, O]):
         for entry, output in zip(batch, outputs, strict=True):
             if not entry.future.done():
                 entry.future.set_result(output)
+                self.metrics.e2e_latency.labels(self.name).observe(time.perf_counter() - entry.enqueued)

@@ -22,6 +22,7 @@ from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
 from service.engine.sampling import Sampler, SamplingParams, log_softmax
 from service.engine.scheduler import Emit, Scheduler, Sequence, collect
+from service.engine.scoring import PromptScorer
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
@@ -88,6 +89,7 @@ class _Row:
         self.tokens: list[TokenEvent] = []
         self.attention: list[list[np.ndarray]] = []  # per layer: query-row blocks [H, q, k]
         self.last_token_at: float | None = None
+        self.first_token_at: float | None = None
         self.finished = False
 
 
@@ -102,6 +104,10 @@ class GenerationModel:
         self.ttft = metrics.time_to_first_token.labels(name)
         self.itl = metrics.inter_token_latency.labels(name)
         self.tokens = metrics.generated_tokens.labels(name)
+        self.prompt_tokens = metrics.prompt_tokens.labels(name)
+        self.finished = metrics.request_success
+        self.prefill_time = metrics.prefill_time.labels(name)
+        self.decode_time = metrics.decode_time.labels(name)
         self.vocab_size = artifact.vocab_size
         self.eos = artifact.special_tokens["eos"]
         self.pad = artifact.special_tokens["pad"]
@@ -141,6 +147,7 @@ class GenerationModel:
         return emits, batch.drop_finished()
 
     def result(self, row: _Row, reason: str) -> GenerationResult:
+        self._record_finish(row, reason)
         attention = None
         if row.params.return_attention and row.attention:
             fed = row.seq.prompt_ids + [t.id for t in row.tokens[:-1]]  # the last token was never fed
@@ -155,6 +162,14 @@ class GenerationModel:
             tokens=row.tokens,
             attention=attention,
         )
+
+    def _record_finish(self, row: _Row, reason: str) -> None:
+        self.prompt_tokens.inc(len(row.seq.prompt_ids))
+        self.finished.labels(self.name, reason).inc()
+        if row.first_token_at is not None:
+            if row.seq.admitted is not None:
+                self.prefill_time.observe(row.first_token_at - row.seq.admitted)
+            self.decode_time.observe(time.perf_counter() - row.first_token_at)
 
     def top_logprobs(self, logprobs: np.ndarray, k: int) -> list[TopLogprob]:
         top = np.argsort(-logprobs, kind="stable")[:k]
@@ -228,6 +243,7 @@ class GenerationBatch:
         m = self.model
         if row.last_token_at is None:
             m.ttft.observe(now - row.seq.enqueued)
+            row.first_token_at = now
         else:
             m.itl.observe(now - row.last_token_at)
         row.last_token_at = now
@@ -275,6 +291,9 @@ class GenerationService:
         self.tokenizer = artifact.load_tokenizer()
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
+        a = artifact
+        shape = {"n_layers": a.n_decoder_layers, "n_heads": a.n_heads, "d_head": a.d_head, "pad": self.model.pad}
+        self.scorer = PromptScorer(self.name, session, settings, executor, **shape)
 
     @property
     def max_prompt_tokens(self) -> int:
@@ -297,16 +316,20 @@ class GenerationService:
         return ids
 
     def new_tokens(self, prompt_ids: list[int], requested: int | None) -> int:
-        """The request's max_new_tokens: checked against the server cap and the model's context."""
+        """The request's max_new_tokens: checked against the server cap; more than the model's context has
+        room for is clamped to that room (the sequence ends with finish_reason "length"), unless
+        SERVE_STRICT_MAX_TOKENS makes it a 422."""
         room = self.artifact.max_positions - len(prompt_ids)
         if requested is None:
             return max(1, min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens, room))
         if requested > self.settings.max_new_tokens:
             raise InvalidInput(f"must be <= {self.settings.max_new_tokens} (SERVE_MAX_NEW_TOKENS)", "max_new_tokens")
         if requested > room:
+            if not self.settings.strict_max_tokens:  # as vLLM/OpenAI clients expect: fill the context, "length"
+                return room
             raise InvalidInput(
                 f"the prompt ({len(prompt_ids)} tokens) plus {requested} new tokens exceeds the model's "
-                f"context of {self.artifact.max_positions} positions",
+                f"context of {self.artifact.max_positions} positions (SERVE_STRICT_MAX_TOKENS)",
                 "max_new_tokens",
             )
         return requested

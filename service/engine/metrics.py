@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -59,3 +67,36 @@ class Metrics:
             "serve_cancelled", "Requests dropped after the client went away.", ["model"], registry=r
         )
         self.inflight = Gauge("serve_inflight_requests", "Inference requests being handled.", registry=r)
+        # Per-request metrics named after vLLM's (vllm:e2e_request_latency_seconds, ...), with a model label.
+        self.prompt_tokens = Counter("serve_prompt_tokens", "Prompt tokens processed.", ["model"], registry=r)
+        self.e2e_latency = Histogram(
+            "serve_e2e_request_latency_seconds",
+            "Queueing to the last result of one sequence or item, per model.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.request_success = Counter(
+            "serve_request_success",
+            "Finished generations by finish reason (eos, stop, length).",
+            ["model", "finished_reason"],
+            registry=r,
+        )
+        self.prefill_time = Histogram(
+            "serve_request_prefill_time_seconds",
+            "Admission to the first generated token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode_time = Histogram(
+            "serve_request_decode_time_seconds",
+            "First to last generated token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # process_* (CPU, memory, file descriptors) and python_* for this registry, as the default one has.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        r.register(GC_COLLECTOR)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, RequestTimeout
 from service.engine.metrics import Metrics
+from service.request_context import current_timing
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class Sequence:
         self.enqueued = time.perf_counter()
         self.cancelled = False  # set on the loop, read by the worker between steps
         self.done = False
+        self.timing = current_timing()  # the HTTP request's timing record, if any
+        self.admitted: float | None = None  # when it left the queue for its prefill
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -239,6 +242,9 @@ class Scheduler:
             free -= seq.rows
             self.metrics.queue_time.labels(self.name).observe(now - seq.enqueued)
             admitted.append(seq)
+            seq.admitted = now
+            if seq.timing is not None:
+                seq.timing.admit(seq.enqueued, now)
         return admitted
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -292,6 +298,7 @@ class Scheduler:
             emit.sequence.events.put_nowait(emit.event)
             if emit.final:
                 emit.sequence.done = True
+                self.metrics.e2e_latency.labels(self.name).observe(time.perf_counter() - emit.sequence.enqueued)
 
     def _fail(self, sequences: list[Sequence], exc: BaseException) -> None:
         if not isinstance(exc, EngineError):

@@ -309,6 +309,36 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         assert served and float(served.group(1)) >= 1, "translate requests not counted"
         return f"{len(exp['metrics'])} metrics present; translate 200s: {served.group(1)}"
 
+    def docs_and_playground() -> str:
+        """Built into the image: /docs, /redoc and the playground load nothing from outside."""
+        fetched = 0
+        for page in ("/docs", "/redoc", "/playground"):
+            reply = client.get(page)
+            assert reply.status == 200, f"{page}: HTTP {reply.status}"
+            urls = [a or b for a, b in re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ["']([^"']+)["']""", reply.text)]
+            external = [u for u in urls if u.startswith(("http:", "https:", "//"))]
+            assert not external, f"{page} loads {external}"
+            for url in (u for u in urls if u.startswith("/")):
+                assert client.get(url).status == 200, f"{page}: {url} is missing"
+                fetched += 1
+        return f"/docs, /redoc, /playground and {fetched} assets, all local"
+
+    def client_protocols() -> str:
+        """TGI, Inference API, vLLM tokenizer and OpenAI scoring routes, as the clients call them."""
+        tgi = ok(client.post("/generate", {"inputs": gen["prompt"], "parameters": {"max_new_tokens": gen["max_new_tokens"]}}), "/generate")
+        whole = ok(client.post("/v1/generate", greedy), "/v1/generate")
+        assert tgi["generated_text"] == whole["text"], (tgi, whole["text"])
+        body = {"model": "generator", "prompt": gen["prompt"], "max_tokens": 0, "echo": True, "logprobs": 1}
+        logprobs = ok(client.post("/v1/completions", body), "/v1/completions echo")["choices"][0]["logprobs"]
+        assert logprobs["token_logprobs"][0] is None and all(x < 0 for x in logprobs["token_logprobs"][1:])
+        info = ok(client.get("/tokenizer_info"), "/tokenizer_info")
+        eos = ok(client.post("/tokenize", {"prompt": info["eos_token"], "add_special_tokens": False}), "/tokenize")
+        assert eos["count"] == 1, eos
+        case = exp["classify"][0]
+        ranked = ok(client.post("/models/classifier", {"inputs": case["text"]}), "/models/classifier")
+        assert ranked[0][0]["label"] == case["label"], ranked
+        return f"TGI = /v1/generate, prompt scored ({len(logprobs['tokens'])} tokens), /tokenize, HF classification"
+
     checks.run("health + ready", health)
     checks.run("GET /v1/models", models)
     checks.run("POST /v1/translate (expected French)", translate)
@@ -322,6 +352,8 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         checks.run("POST /v1/generate seeded sampling", generate_sampling)
         checks.run("error responses", errors)
         checks.run("GET /metrics", metrics)
+        checks.run("offline docs and playground", docs_and_playground)
+        checks.run("client protocols (TGI, HF, tokenizer, scoring)", client_protocols)
     return checks.finish()
 
 

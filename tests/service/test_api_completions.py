@@ -68,8 +68,25 @@ async def test_stream_with_several_choices(served) -> None:
 
 
 async def test_openai_errors(served) -> None:
+    """OpenAI's error body here (message, type, param, code); the rest of the API keeps the project's."""
     r = await served.client.post("/v1/completions", json={**BASE, "model": "gpt-4"})
-    assert r.status_code == 404 and r.json()["error"]["field"] == "model"
+    assert r.status_code == 404
+    assert r.json() == {
+        "error": {
+            "message": r.json()["error"]["message"],
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+    assert "gpt-4" in r.json()["error"]["message"]
+    r = await served.client.post("/v1/completions", json={**BASE, "frobnicate": 1})  # unknown fields: 422
+    assert r.status_code == 422 and r.json()["error"]["param"] == "frobnicate"
+    assert r.json()["error"]["code"] == "validation_error"
+    r = await served.client.post("/v1/completions", content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = await served.client.post("/v1/generate", json={"prompt": "x", "frobnicate": 1})
+    assert set(r.json()["error"]) >= {"type", "message", "field"} and "param" not in r.json()["error"]
     for bad, field in [
         ({"best_of": 3}, None),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
@@ -81,4 +98,4 @@ async def test_openai_errors(served) -> None:
         r = await served.client.post("/v1/completions", json={**BASE, **bad})
         assert r.status_code == 422, bad
         if field:
-            assert r.json()["error"]["field"] == field
+            assert r.json()["error"]["param"] == field

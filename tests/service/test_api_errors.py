@@ -12,6 +12,9 @@ ENDPOINTS = ["/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"]
 def assert_error(r, status: int, type_: str | None = None) -> dict:
     assert r.status_code == status, r.text
     error = r.json()["error"]
+    if r.request.url.path.startswith(("/v1/completions", "/v1/models")):  # OpenAI's shape there: read it as ours
+        assert set(error) == {"message", "type", "param", "code"}, error
+        error = {"type": error["code"], "message": error["message"], "field": error["param"] or "body"}
     assert set(error) >= {"type", "message", "field"} and error["message"]
     if type_:
         assert error["type"] == type_

@@ -1,0 +1,128 @@
+"""The playground page in a real headless browser (Debian's chromium driven by Playwright): type, submit,
+see streamed tokens arrive, and see heat maps with the dimensions of the attention the API returns.
+
+Set PLAYGROUND_SCREENSHOT=path to also save the screenshot the README shows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from tests.clients.conftest import Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+# A closed network: nothing in the background, no QUIC, no GPU, a fresh profile (Playwright makes one).
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def page(server: Server) -> Iterator[Page]:
+    if not CHROMIUM.exists():
+        pytest.fail("the playground test needs Debian's chromium: apt-get install chromium (.ci/run installs it)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server.url}/")  # redirects to /playground
+        assert page.url.endswith("/playground")
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def heatmap(page: Page, panel: str) -> tuple[int, int]:
+    canvas = page.locator(f"#{panel} canvas")
+    canvas.wait_for()
+    rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
+    width, height, colours = canvas.evaluate(
+        """c => {
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            const seen = new Set();
+            for (let i = 0; i < d.length; i += 4 * 7) seen.add(`${d[i]},${d[i + 1]},${d[i + 2]}`);
+            return [c.width, c.height, seen.size];
+        }"""
+    )
+    assert (width, height) == (cols * 18, rows * 18) and colours > 1  # drawn, and not one flat colour
+    assert page.locator(f"#{panel} .row-labels span").count() == rows
+    assert page.locator(f"#{panel} .col-labels span").count() == cols
+    return rows, cols
+
+
+def test_translate(page: Page, server: Server) -> None:
+    text = "And God said, Let there be light: and there was light."
+    page.fill("#translate textarea", text)
+    page.select_option("#translate select[name=num_beams]", "4")
+    page.click("#translate button[type=submit]")
+    api = httpx.post(f"{server.url}/v1/translate", json={"text": text, "num_beams": 4, "return_attention": True}, timeout=60)
+    t = api.json()["translations"][0]
+    assert heatmap(page, "translate") == (len(t["attention"]["target_tokens"]), len(t["attention"]["source_tokens"]))
+    assert page.inner_text("#translate [data-role=output]") == t["text"]
+    layers, heads = len(t["attention"]["cross"]), len(t["attention"]["cross"][0])
+    assert page.locator("#translate select[data-role=layer] option").count() == layers
+    assert page.locator("#translate select[data-role=head] option").count() == heads + 1  # + the mean
+    page.select_option("#translate select[data-role=head]", "0")
+    page.select_option("#translate select[data-role=layer]", "0")
+    assert heatmap(page, "translate") == (len(t["attention"]["target_tokens"]), len(t["attention"]["source_tokens"]))
+
+
+def test_generate_streams_tokens(page: Page, server: Server) -> None:
+    page.click("button.tab[data-tab=generate]")
+    prompt = "The Congress of the United States"
+    page.fill("#generate textarea", prompt)
+    page.fill("#generate input[name=max_new_tokens]", "40")
+    page.fill("#generate input[name=temperature]", "0")
+    # Count the separate moments at which tokens appear: a stream adds them over many reads.
+    page.evaluate(
+        """() => {
+            window.tokenArrivals = 0;
+            new MutationObserver(() => { window.tokenArrivals += 1; })
+                .observe(document.querySelector("#generate [data-role=output]"), {childList: true, subtree: true});
+        }"""
+    )
+    page.click("#generate button[type=submit]")
+    page.locator("#generate canvas").wait_for()
+    api = httpx.post(
+        f"{server.url}/v1/generate",
+        json={"prompt": prompt, "max_new_tokens": 40, "temperature": 0, "return_attention": True},
+        timeout=60,
+    ).json()
+    tokens = page.locator("#generate [data-role=generated] .token")
+    assert tokens.count() == api["usage"]["completion_tokens"]
+    assert "".join(tokens.all_inner_texts()) == api["text"]
+    assert page.evaluate("window.tokenArrivals") > 2
+    fed = len(api["attention"]["tokens"])  # prompt + output but the last token (never fed back)
+    assert fed == api["usage"]["prompt_tokens"] + api["usage"]["completion_tokens"] - 1
+    assert heatmap(page, "generate") == (fed, fed)
+
+
+def test_classify_and_screenshot(page: Page, server: Server, tmp_path: Path) -> None:
+    page.click("button.tab[data-tab=classify]")
+    text = "A wonderful, moving film with brilliant performances."
+    page.fill("#classify textarea", text)
+    page.click("#classify button[type=submit]")
+    api = httpx.post(f"{server.url}/v1/classify", json={"text": text, "return_attention": True}, timeout=60)
+    result = api.json()["results"][0]
+    heads = len(result["attention"]["layers"][0])
+    assert heatmap(page, "classify") == (heads, len(result["attention"]["tokens"]))  # [CLS] row of each head
+    assert page.inner_text("#classify [data-role=output]").startswith(result["label"])
+    page.select_option("#classify select[data-role=head]", "1")
+    assert heatmap(page, "classify") == (1, len(result["attention"]["tokens"]))
+
+    page.click("button.tab[data-tab=generate]")  # the README shows the streamed generation
+    shot = Path(os.environ.get("PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
