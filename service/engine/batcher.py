@@ -138,7 +138,8 @@ class DynamicBatcher(Generic[I, O]):
                     await self._run([entry])
                 return
             log.exception("%s: batch of %d failed", self.name, len(batch))
-            error = exc if isinstance(exc, EngineError) else InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
+            failed = InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
+            error = exc if isinstance(exc, EngineError) else failed
             for entry in batch:
                 if not entry.future.done():
                     entry.future.set_exception(error)

@@ -50,10 +50,13 @@ async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
             while "serve_inflight_requests 6.0" not in (await client.get("/metrics")).text:
                 await asyncio.sleep(0.01)
             proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
-            assert proc.poll() is None  # still serving the in-flight requests
-            ready = await client.get("/ready")
+            for _ in range(300):  # the signal lands asynchronously: /ready turns 503 within moments
+                ready = await client.get("/ready")
+                if ready.status_code == 503:
+                    break
+                await asyncio.sleep(0.005)
             assert ready.status_code == 503 and ready.json()["status"] == "draining"
+            assert proc.poll() is None  # still serving the in-flight requests
             refused = await client.post("/v1/classify", json={"text": "hi"})
             assert refused.status_code == 503
             done = await asyncio.gather(*busy)
