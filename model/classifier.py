@@ -7,7 +7,15 @@ import torch
 from torch import Tensor, nn
 
 from model.config import ClassifierConfig
-from model.layers import PositionalEncoding, TransformerLayer, padding_bias
+from model.layers import (
+    PositionalEncoding,
+    TransformerLayer,
+    embedding_norm,
+    embedding_scale,
+    final_norm,
+    layer_norm,
+    padding_bias,
+)
 
 
 class Classifier(nn.Module):
@@ -16,18 +24,17 @@ class Classifier(nn.Module):
         c = self.config = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.seg_emb = nn.Embedding(c.type_vocab_size, c.d_model)
-        self.pos = PositionalEncoding(c.max_positions, c.d_model, c.learned_positions)
-        self.ln_emb = nn.LayerNorm(c.d_model)
+        self.pos = PositionalEncoding.from_config(c)
+        self.emb_scale = embedding_scale(c)
+        self.ln_emb = embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
-        self.layers = nn.ModuleList(
-            TransformerLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation) for _ in range(c.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(c.d_model)
-        # Pooler on [CLS], shared by NSP and fine-tuning as in BERT.
-        self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.Tanh())
+        self.layers = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_layers))
+        self.ln_f = final_norm(c)
+        # Pooler on [CLS], shared by NSP and fine-tuning as in BERT (or [CLS] as it is).
+        self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.Tanh()) if c.pooler else nn.Identity()
         self.nsp_head = nn.Linear(c.d_model, 2)
         self.cls_head = nn.Linear(c.d_model, len(c.labels))
-        self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), nn.LayerNorm(c.d_model))
+        self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), layer_norm(c))
         self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
         for emb in (self.tok_emb, self.seg_emb):
             nn.init.normal_(emb.weight, std=0.02)
@@ -36,7 +43,7 @@ class Classifier(nn.Module):
         """[B, S] -> hidden states [B, S, D] and per-layer attention weights [B, H, S, S]."""
         B, S = input_ids.shape
         positions = torch.arange(S, device=input_ids.device).expand(B, S)
-        x = self.tok_emb(input_ids) + self.seg_emb(token_type_ids) + self.pos(positions)
+        x = self.tok_emb(input_ids) * self.emb_scale + self.seg_emb(token_type_ids) + self.pos(positions)
         x = self.dropout(self.ln_emb(x))
         bias = padding_bias(attention_mask, x.dtype)
         weights = []

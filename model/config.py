@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+
+
 @dataclass
 class TransformerConfig:
     vocab_size: int
@@ -17,11 +20,27 @@ class TransformerConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     max_positions: int = 512
-    activation: str = "relu"  # "relu" (paper) or "gelu" (GPT/BERT)
+    activation: str = "relu"  # one of ACTIVATIONS: "relu" (paper), "gelu" (erf: BERT), "gelu_tanh" (GPT-2), "silu" (Marian)
     learned_positions: bool = False  # sinusoidal (paper) by default
     special_tokens: dict[str, int] = field(default_factory=dict)
+    # Options for checkpoints trained elsewhere (scripts/import_checkpoint.py); the defaults are our own models.
+    norm_position: str = "pre"  # "pre": x + f(LN(x)), final LayerNorm; "post": LN(x + f(x)), none (BERT, Marian, BART)
+    sinusoid_layout: str = "interleaved"  # sin/cos "interleaved" (paper) or "split": all sines, then cosines (Marian)
+    position_offset: int = 0  # added to position ids before the lookup (BART's learned table starts at 2)
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (paper); off for BERT, GPT-2, BART
+    embedding_layer_norm: bool = False  # LayerNorm right after the embedding sum (BERT, BART)
+    bias: bool = True  # biases of the attention and feed-forward projections
+    layer_norm_eps: float = 1e-5
+    tie_output: bool = True  # the LM head shares the token embedding matrix (translator, generator)
+    final_logits_bias: bool = False  # a fixed-size learned bias added to the LM logits (Marian, BART)
 
     kind = "transformer"
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("activation", ACTIVATIONS), ("norm_position", ("pre", "post")),
+                              ("sinusoid_layout", ("interleaved", "split"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
     @property
     def d_head(self) -> int:
@@ -39,6 +58,7 @@ class TranslatorConfig(TransformerConfig):
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
     label_smoothing: float = 0.1
+    separate_decoder_positions: bool = False  # the decoder has its own learned position table (BART)
     kind = "translator"
 
 
@@ -56,6 +76,9 @@ class ClassifierConfig(TransformerConfig):
     learned_positions: bool = True  # BERT learns its position embeddings
     type_vocab_size: int = 2
     labels: list[str] = field(default_factory=lambda: ["negative", "positive"])
+    scale_embeddings: bool = False
+    embedding_layer_norm: bool = True
+    pooler: bool = True  # BERT's pooler (dense + tanh on [CLS]) before the head; off: the head reads [CLS] itself
     kind = "classifier"
 
 

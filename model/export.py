@@ -317,7 +317,7 @@ def export_graph(spec: GraphSpec, path: Path) -> None:
 
 
 def build_config(
-    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str
+    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str, name: str | None = None
 ) -> dict[str, Any]:
     import onnxruntime
 
@@ -329,7 +329,7 @@ def build_config(
         dims["n_layers"] = config.n_layers  # type: ignore[attr-defined]
     out: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
-        "name": kind,
+        "name": name or kind,
         "task": task,
         "architecture": architecture,
         "dims": dims,
@@ -360,10 +360,14 @@ def export_model(
     card_dir: Path | None = None,
     fp16_storage: bool = True,
     int8: bool = True,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """Export ``model`` to ``out_dir`` (graphs, config.json, tokenizer.json, card, golden.json)."""
+    """Export ``model`` to ``out_dir`` (graphs, config.json, tokenizer.json, card, golden.json).
+
+    ``name`` is the served model name (default: ``kind``); serve it from a folder of that name."""
     from model.golden import record_golden
 
+    served_name = name or kind
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval()
     if fp16_storage:
@@ -381,7 +385,7 @@ def export_model(
         if fp16_storage:
             store_initializers_fp16(path)
         graphs[spec.role] = {"file": path.name, "int8_file": int8_file, **describe_io(path)}
-    config = build_config(kind, model.config, graphs, "float16" if fp16_storage else "float32")  # type: ignore[arg-type]
+    config = build_config(kind, model.config, graphs, "float16" if fp16_storage else "float32", served_name)  # type: ignore[arg-type]
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
     if card_dir is not None:

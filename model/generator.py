@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
 from model.config import GeneratorConfig
-from model.layers import KeyValue, PositionalEncoding, TransformerLayer, causal_padding_bias
+from model.layers import (
+    KeyValue,
+    PositionalEncoding,
+    TransformerLayer,
+    causal_padding_bias,
+    embedding_norm,
+    embedding_scale,
+    final_norm,
+    lm_head,
+)
 
 
 class Generator(nn.Module):
@@ -16,14 +23,13 @@ class Generator(nn.Module):
         super().__init__()
         c = self.config = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = PositionalEncoding(c.max_positions, c.d_model, c.learned_positions)
+        self.pos = PositionalEncoding.from_config(c)
+        self.emb_scale = embedding_scale(c)
+        self.ln_emb = embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation) for _ in range(c.n_layers)
-        )
-        self.ln_f = nn.LayerNorm(c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.lm_head.weight = self.tok_emb.weight  # weight tying
+        self.blocks = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_layers))
+        self.ln_f = final_norm(c)
+        self.lm_head = lm_head(c, self.tok_emb)
         nn.init.normal_(self.tok_emb.weight, std=c.d_model**-0.5)
 
     def forward(
@@ -43,8 +49,8 @@ class Generator(nn.Module):
             attention_mask = torch.ones(B, past_len + S, dtype=torch.long, device=input_ids.device)
         if position_ids is None:
             position_ids = torch.arange(S, device=input_ids.device).expand(B, S)
-        # Token embeddings scaled by sqrt(d_model), as in the paper, so they match the sinusoids' unit scale.
-        x = self.dropout(self.tok_emb(input_ids) * math.sqrt(self.config.d_model) + self.pos(position_ids))
+        # Token embeddings scaled by sqrt(d_model) (the default, as in the paper) match the sinusoids' unit scale.
+        x = self.dropout(self.ln_emb(self.tok_emb(input_ids) * self.emb_scale + self.pos(position_ids)))
         bias = causal_padding_bias(attention_mask, S, x.dtype)
         presents, weights = [], []
         for i, block in enumerate(self.blocks):

@@ -1,8 +1,13 @@
-"""Building blocks shared by the three models (Vaswani et al. 2017, pre-LN variant).
+"""Building blocks shared by the three models (Vaswani et al. 2017, pre-LN variant by default).
 
 Every sub-layer is wrapped as ``x + Dropout(SubLayer(LayerNorm(x)))`` (pre-LN,
 Xiong et al. 2020): it trains stably with a short warm-up and a high peak rate,
 which matters on a CPU budget. Stacks end with a final LayerNorm.
+
+The config's options (model/config.py) cover checkpoints trained elsewhere with
+the same layers: post-LN ``LayerNorm(x + Dropout(SubLayer(x)))`` without a final
+LayerNorm (the original Transformer, BERT, Marian, BART), other activations,
+position layouts and offsets, projections without biases, LayerNorm epsilon.
 
 The KV cache is explicit: attention takes ``past`` and returns ``present``; no
 module keeps state between calls, so the same code exports to ONNX.
@@ -15,6 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from model.config import TransformerConfig
 
 KeyValue = tuple[Tensor, Tensor]  # ([B, H, S, Dh], [B, H, S, Dh])
 
@@ -47,8 +54,16 @@ def causal_padding_bias(mask: Tensor, query_len: int, dtype: torch.dtype) -> Ten
     return additive_mask(keep, dtype)
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). [max_positions, d_model]"""
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). [max_positions, d_model]
+
+    ``layout="split"`` puts the same sines in the first half and the cosines in the second (Marian);
+    it is computed in float64 as Marian does, so an imported model sees the very same table.
+    """
+    if layout == "split":
+        position = torch.arange(max_positions, dtype=torch.float64)[:, None]
+        angle = position / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)[:, :d_model].float()
     position = torch.arange(max_positions, dtype=torch.float32)[:, None]
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     table = torch.zeros(max_positions, d_model)
@@ -58,34 +73,82 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    """Position ids -> vectors: the fixed sinusoidal table, or learned embeddings."""
+    """Position ids -> vectors: the fixed sinusoidal table, or learned embeddings.
 
-    def __init__(self, max_positions: int, d_model: int, learned: bool = False) -> None:
+    ``offset`` shifts every id before the lookup (BART's learned table keeps 2 rows in front).
+    """
+
+    def __init__(self, max_positions: int, d_model: int, learned: bool = False, layout: str = "interleaved",
+                 offset: int = 0) -> None:
         super().__init__()
-        self.learned = learned
+        self.learned, self.offset = learned, offset
         if learned:
-            self.table = nn.Embedding(max_positions, d_model)
+            self.table = nn.Embedding(max_positions + offset, d_model)
             nn.init.normal_(self.table.weight, std=0.02)  # N(0, 1) would drown the token embeddings
         else:
-            self.register_buffer("table_buffer", sinusoidal_table(max_positions, d_model), persistent=False)
+            self.register_buffer("table_buffer", sinusoidal_table(max_positions + offset, d_model, layout),
+                                 persistent=False)
+
+    @classmethod
+    def from_config(cls, c: TransformerConfig) -> PositionalEncoding:
+        return cls(c.max_positions, c.d_model, c.learned_positions, c.sinusoid_layout, c.position_offset)
 
     def forward(self, position_ids: Tensor) -> Tensor:  # [B, S] -> [B, S, D]
+        if self.offset:
+            position_ids = position_ids + self.offset
         if self.learned:
             return self.table(position_ids)
         return F.embedding(position_ids, self.table_buffer)
 
 
+def layer_norm(c: TransformerConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+
+
+def final_norm(c: TransformerConfig) -> nn.Module:
+    """The LayerNorm that closes a pre-LN stack; post-LN stacks end normalized already."""
+    return layer_norm(c) if c.norm_position == "pre" else nn.Identity()
+
+
+def embedding_norm(c: TransformerConfig) -> nn.Module:
+    """LayerNorm of the embedding sum (BERT, BART), or nothing."""
+    return layer_norm(c) if c.embedding_layer_norm else nn.Identity()
+
+
+def embedding_scale(c: TransformerConfig) -> float:
+    return math.sqrt(c.d_model) if c.scale_embeddings else 1.0
+
+
+def lm_head(c: TransformerConfig, embedding: nn.Embedding) -> nn.Linear:
+    """Hidden states -> vocabulary logits: tied to ``embedding`` or its own matrix, plus an optional
+    final logits bias (zero until trained or imported)."""
+    head = nn.Linear(c.d_model, c.vocab_size, bias=c.final_logits_bias)
+    if c.tie_output:
+        head.weight = embedding.weight  # weight tying (Press & Wolf 2017)
+    if head.bias is not None:
+        nn.init.zeros_(head.bias)
+    return head
+
+
+ACTIVATION_MODULES = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,  # the exact erf form (BERT)
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2's "gelu_new"
+    "silu": nn.SiLU,  # Marian's "swish"
+}
+
+
 class MultiHeadAttention(nn.Module):
     """softmax(Q K^T / sqrt(d_k) + bias) V per head; heads concatenated, then W_O."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True) -> None:
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)  # W_O
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -117,12 +180,12 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = W2 act(W1 x + b1) + b2 (ReLU as in the paper, GELU for GPT/BERT)."""
+    """FFN(x) = W2 act(W1 x + b1) + b2 (ReLU as in the paper, GELU for GPT/BERT, SiLU for Marian)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str, bias: bool = True) -> None:
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff, bias=bias), nn.Linear(d_ff, d_model, bias=bias)
+        self.act = ACTIVATION_MODULES[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -130,21 +193,31 @@ class FeedForward(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """Self-attention (+ encoder-decoder attention when ``cross``) + FFN, each pre-LN with a residual.
+    """Self-attention (+ encoder-decoder attention when ``cross``) + FFN, each with a residual and a
+    LayerNorm before (pre-LN) or after (post-LN) it, as ``config.norm_position`` says.
 
     The same layer is the encoder layer (bias = padding), the GPT block (bias = causal)
     and the translator's decoder layer (cross = True).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str, cross: bool = False):
+    def __init__(self, c: TransformerConfig, cross: bool = False) -> None:
         super().__init__()
-        self.ln_self = nn.LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.ln_cross = nn.LayerNorm(d_model) if cross else None
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross else None
-        self.ln_ff = nn.LayerNorm(d_model)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.dropout = nn.Dropout(dropout)
+        self.pre_ln = c.norm_position == "pre"
+        self.ln_self = layer_norm(c)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias)
+        self.ln_cross = layer_norm(c) if cross else None
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias) if cross else None
+        self.ln_ff = layer_norm(c)
+        self.ff = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def sublayer_input(self, x: Tensor, norm: nn.Module) -> Tensor:
+        return norm(x) if self.pre_ln else x
+
+    def add_residual(self, x: Tensor, out: Tensor, norm: nn.Module) -> Tensor:
+        """Pre-LN: x + f(LN(x)); post-LN: LN(x + f(x))."""
+        x = x + self.dropout(out)
+        return x if self.pre_ln else norm(x)
 
     def forward(
         self,
@@ -155,14 +228,14 @@ class TransformerLayer(nn.Module):
         cross_bias: Tensor | None = None,
     ) -> tuple[Tensor, KeyValue, Tensor, Tensor | None]:
         """Returns (x, present self-attention K/V, self-attention weights, cross-attention weights or None)."""
-        attn_out, present, self_weights = self.self_attn(self.ln_self(x), self_bias, past)
-        x = x + self.dropout(attn_out)
+        attn_out, present, self_weights = self.self_attn(self.sublayer_input(x, self.ln_self), self_bias, past)
+        x = self.add_residual(x, attn_out, self.ln_self)
         cross_weights = None
         if self.cross_attn is not None:
             assert cross_kv is not None and cross_bias is not None, "a decoder layer needs the encoder K/V"
-            cross_out, cross_weights = self.cross_attn.attend(self.ln_cross(x), *cross_kv, cross_bias)
-            x = x + self.dropout(cross_out)
-        x = x + self.dropout(self.ff(self.ln_ff(x)))
+            cross_out, cross_weights = self.cross_attn.attend(self.sublayer_input(x, self.ln_cross), *cross_kv, cross_bias)
+            x = self.add_residual(x, cross_out, self.ln_cross)
+        x = self.add_residual(x, self.ff(self.sublayer_input(x, self.ln_ff)), self.ln_ff)
         return x, present, self_weights, cross_weights
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -13,6 +11,10 @@ from model.layers import (
     PositionalEncoding,
     TransformerLayer,
     causal_padding_bias,
+    embedding_norm,
+    embedding_scale,
+    final_norm,
+    lm_head,
     padding_bias,
 )
 
@@ -22,24 +24,26 @@ class Translator(nn.Module):
         super().__init__()
         c = self.config = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)  # shared by source, target and output
-        self.pos = PositionalEncoding(c.max_positions, c.d_model, c.learned_positions)
+        self.pos = PositionalEncoding.from_config(c)
+        self.pos_dec = PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
+        self.emb_scale = embedding_scale(c)
+        self.ln_emb_enc, self.ln_emb_dec = embedding_norm(c), embedding_norm(c)  # BART normalizes each side's own
         self.dropout = nn.Dropout(c.dropout)
-        layer = lambda cross: TransformerLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, cross)  # noqa: E731
-        self.encoder_layers = nn.ModuleList(layer(False) for _ in range(c.n_encoder_layers))
-        self.decoder_layers = nn.ModuleList(layer(True) for _ in range(c.n_decoder_layers))
-        self.ln_enc, self.ln_dec = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.lm_head.weight = self.embed.weight  # weight tying (Press & Wolf 2017)
+        self.encoder_layers = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(TransformerLayer(c, cross=True) for _ in range(c.n_decoder_layers))
+        self.ln_enc, self.ln_dec = final_norm(c), final_norm(c)
+        self.lm_head = lm_head(c, self.embed)
         nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
 
-    def embed_tokens(self, ids: Tensor, position_ids: Tensor) -> Tensor:
-        return self.dropout(self.embed(ids) * math.sqrt(self.config.d_model) + self.pos(position_ids))
+    def embed_tokens(self, ids: Tensor, position_ids: Tensor, decoder: bool) -> Tensor:
+        pos, norm = (self.pos_dec or self.pos, self.ln_emb_dec) if decoder else (self.pos, self.ln_emb_enc)
+        return self.dropout(norm(self.embed(ids) * self.emb_scale + pos(position_ids)))
 
     def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Source [B, S] (right padded) -> memory [B, S, D] and per-layer attention weights."""
         B, S = src_ids.shape
         positions = torch.arange(S, device=src_ids.device).expand(B, S)
-        x = self.embed_tokens(src_ids, positions)
+        x = self.embed_tokens(src_ids, positions, decoder=False)
         bias = padding_bias(src_mask, x.dtype)
         weights = []
         for layer in self.encoder_layers:
@@ -64,7 +68,7 @@ class Translator(nn.Module):
 
         tgt_mask is [B, P+S] over the cached and the new positions.
         """
-        x = self.embed_tokens(tgt_ids, position_ids)
+        x = self.embed_tokens(tgt_ids, position_ids, decoder=True)
         self_bias = causal_padding_bias(tgt_mask, tgt_ids.shape[1], x.dtype)
         cross_bias = padding_bias(src_mask, x.dtype)
         presents, self_weights, cross_weights = [], [], []

@@ -1,0 +1,129 @@
+"""A Hugging Face checkpoint folder -> an artifact folder the server loads (graphs, config, tokenizer, card).
+
+Import (model/hf_import.py), measure parity against ``transformers`` where it is installed
+(model/hf_parity.py), export with our exporter, measure the exported graph, write the card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from model.card import count_parameters
+from model.export import export_model
+from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
+from model.hf_tokenizer import load_tokenizer, special_tokens
+
+SOURCE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt",
+                "vocab.json", "merges.txt", "source.spm", "target.spm", "README.md")
+
+
+def checkpoint_license(folder: Path, given: str | None) -> str:
+    """--license, else the model card's front matter (``license: apache-2.0``), else "unknown"."""
+    if given:
+        return given
+    readme = folder / "README.md"
+    if readme.is_file():
+        match = re.search(r"^license:\s*(\S+)", readme.read_text(errors="replace"), re.MULTILINE)
+        if match:
+            return match.group(1)
+    return "unknown (no README.md license; pass --license)"
+
+
+def torch_parity(result: Imported, folder: Path, tokenizer: Any, specials: dict[str, int]) -> dict[str, Any]:
+    """Our fp32 PyTorch model vs transformers on a padded batch (before any fp16 rounding)."""
+    try:
+        from model import hf_parity
+    except ImportError as exc:  # transformers missing: the import still works, the card says so
+        return {"checked": False, "why": f"transformers is not installed ({exc})"}
+    headless = result.family == "bert" and any("no classification head" in n for n in result.notes)
+    reference = hf_parity.load_hf_model(folder, result.family, has_head=not headless)
+    inputs = hf_parity.reference_inputs(result.family, tokenizer, specials, hf_parity.SAMPLE_TEXTS)
+    keep = hf_parity.real_positions(result.family, inputs)
+    theirs = hf_parity.hf_logits(reference, result.family, inputs)
+    ours = hf_parity.ours_logits(result.model, result.family, inputs, headless)
+    return {
+        "checked": True,
+        "compared": "last hidden state (no head yet)" if headless else "logits",
+        "batch": f"{len(hf_parity.SAMPLE_TEXTS)} padded sentences",
+        "torch_fp32_max_abs_diff": hf_parity.max_abs_diff(ours, theirs, keep),
+        "reference": reference,
+        "inputs": inputs,
+        "keep": keep,
+        "headless": headless,
+    }
+
+
+def onnx_parity(parity: dict[str, Any], family: str, artifact: Path) -> dict[str, Any]:
+    """The exported graph vs transformers: against the original fp32 weights, and against the same
+    weights rounded as the graph stores them (fp16), which isolates the export itself."""
+    if not parity.get("checked") or parity.get("headless"):
+        return {k: v for k, v in parity.items() if k not in ("reference", "inputs", "keep", "headless")}
+    from model import hf_parity
+
+    inputs, keep, reference = parity["inputs"], parity["keep"], parity["reference"]
+    graph = hf_parity.onnx_logits(artifact, family, inputs)
+    summary = {k: v for k, v in parity.items() if k not in ("reference", "inputs", "keep", "headless")}
+    summary["onnx_vs_fp32_max_abs_diff"] = hf_parity.max_abs_diff(graph, hf_parity.hf_logits(reference, family, inputs), keep)
+    rounded = hf_parity.fp16_rounded(reference)
+    summary["onnx_vs_fp16_rounded_max_abs_diff"] = hf_parity.max_abs_diff(
+        graph, hf_parity.hf_logits(rounded, family, inputs), keep)
+    return summary
+
+
+def write_card(out: Path, card: dict[str, Any]) -> None:
+    (out / "card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+    lines = [f"# {card['model']}", "", card["summary"], "", "| | |", "|---|---|",
+             f"| parameters | {card['parameters']:,} |", f"| weights from | {card['source']['origin']} |",
+             f"| license | {card['source']['license']} |", f"| conversion | `{card['source']['command']}` |"]
+    for key, value in card.get("parity", {}).items():
+        lines.append(f"| parity: {key} | {value} |")
+    for key, value in card.get("metrics", {}).items():
+        lines.append(f"| {key} | {value} |")
+    lines += [f"| note | {note} |" for note in card.get("notes", [])]
+    (out / "card.md").write_text("\n".join(lines) + "\n")
+
+
+def import_card(name: str, result: Imported, folder: Path, license_: str, command: str,
+                parity: dict[str, Any]) -> dict[str, Any]:
+    hf = result.hf_config
+    origin = hf.get("_name_or_path") or folder.name
+    return {
+        "model": name,
+        "summary": f"{hf.get('model_type')} checkpoint ({', '.join(hf.get('architectures') or [])}) imported "
+                   f"into our {result.kind} class and exported with our exporter.",
+        "parameters": count_parameters(result.model),
+        "config": result.model.config.to_dict(),  # type: ignore[union-attr, operator]
+        "source": {"origin": str(origin), "folder": str(folder), "model_type": hf.get("model_type"),
+                   "architectures": hf.get("architectures"), "license": license_, "command": command,
+                   "files": sorted(p.name for p in folder.iterdir() if p.name in SOURCE_FILES)},
+        "parity": parity,
+        "notes": result.notes,
+        "metrics": {},
+    }
+
+
+def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | None = None,
+                       license_: str | None = None, int8: bool = True, command: str = "") -> dict[str, Any]:
+    """Import ``folder``, export it to ``out`` (served as ``name``) and write its card; returns the card."""
+    hf = read_hf_config(folder)
+    family = detect_family(hf)
+    tokenizer = load_tokenizer(folder, family)
+    specials = special_tokens(folder, family, hf, tokenizer)
+    result = import_checkpoint(folder, specials, labels)
+    parity = torch_parity(result, folder, tokenizer, specials)
+    export_imported(result, tokenizer, out, name, int8)
+    card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
+                       onnx_parity(parity, family, out))
+    write_card(out, card)
+    return card
+
+
+def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tokenizer.json"
+        tokenizer.save(str(path))
+        export_model(result.kind, result.model, path, out, int8=int8, name=name)

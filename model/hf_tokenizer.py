@@ -1,0 +1,138 @@
+"""A checkpoint's tokenizer as one ``tokenizer.json`` (HF ``tokenizers``), and its special token ids.
+
+A ``tokenizer.json`` in the folder is used as it is. A checkpoint that ships only a slow tokenizer
+(SentencePiece, or vocab files) is converted by ``transformers``' own converters
+(``convert_slow_tokenizer``); Marian, which has none there, gets the library's ``SpmConverter``
+with the piece ids taken from Marian's ``vocab.json`` instead of the SentencePiece model's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer, processors
+
+from model.hf_import import CheckpointError
+
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+def load_tokenizer(folder: Path, family: str) -> Tokenizer:
+    """The folder's tokenizer, without padding or truncation (the server sets its own limits)."""
+    if (folder / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    else:
+        tokenizer = convert_slow(folder, family)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def convert_slow(folder: Path, family: str) -> Tokenizer:
+    try:
+        from transformers import AutoTokenizer
+        from transformers.convert_slow_tokenizer import convert_slow_tokenizer
+    except ImportError as exc:
+        raise CheckpointError(
+            f"{folder} has no tokenizer.json; converting its slow tokenizer needs transformers "
+            "(pip install -e '.[import]')"
+        ) from exc
+    if family == "marian":
+        return convert_marian(folder)
+    try:
+        slow = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError) as exc:
+        found = sorted(p.name for p in folder.iterdir())
+        raise CheckpointError(f"{folder}: no tokenizer.json and no tokenizer transformers can load ({exc}); "
+                              f"found {found}") from exc
+    backend = getattr(slow, "backend_tokenizer", None)
+    return backend if isinstance(backend, Tokenizer) else convert_slow_tokenizer(slow)
+
+
+def convert_marian(folder: Path) -> Tokenizer:
+    from transformers import MarianTokenizer
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    missing = [name for name in MARIAN_FILES if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder}: a Marian tokenizer needs {', '.join(MARIAN_FILES)}; missing {missing}")
+    if (folder / "source.spm").read_bytes() != (folder / "target.spm").read_bytes():
+        raise CheckpointError(
+            f"{folder}: source.spm and target.spm differ; one tokenizer.json serves both sides here, so only "
+            "Marian models with one SentencePiece model are supported"
+        )
+    slow = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
+    if slow.separate_vocabs:
+        raise CheckpointError(f"{folder}: separate source and target vocabularies are not supported")
+
+    class MarianConverter(SpmConverter):
+        """SentencePiece segmentation as the library converts it; ids from Marian's vocab.json."""
+
+        def __init__(self, original: Any) -> None:
+            original.vocab_file = original.spm_files[0]  # what SpmConverter reads the model from
+            super().__init__(original)
+
+        def vocab(self, proto: Any) -> list[tuple[str, float]]:
+            scores = {p.piece: p.score for p in proto.pieces}
+            floor = min(scores.values()) - 10.0  # pieces SentencePiece lacks (<pad>, >>xx<<) are never chosen
+            by_id = sorted(self.original_tokenizer.encoder.items(), key=lambda item: item[1])
+            if [i for _, i in by_id] != list(range(len(by_id))):
+                raise CheckpointError(f"{folder}/vocab.json: ids are not 0..{len(by_id) - 1}")
+            return [(piece, scores.get(piece, floor)) for piece, _ in by_id]
+
+        def unk_id(self, proto: Any) -> int:
+            return int(self.original_tokenizer.encoder[str(self.original_tokenizer.unk_token)])
+
+        def post_processor(self) -> processors.TemplateProcessing:
+            eos = str(self.original_tokenizer.eos_token)
+            eos_id = self.original_tokenizer.encoder[eos]
+            return processors.TemplateProcessing(single=["$A", eos], pair=["$A", "$B", eos],
+                                                 special_tokens=[(eos, eos_id)])
+
+    tokenizer = MarianConverter(slow).converted()
+    tokenizer.add_special_tokens([str(slow.pad_token), str(slow.eos_token), str(slow.unk_token)])
+    return tokenizer
+
+
+def token_id(tokenizer: Tokenizer, token: str, folder: Path) -> int:
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise CheckpointError(f"{folder}: the tokenizer has no {token!r} token")
+    return int(found)
+
+
+def special_token_names(folder: Path) -> dict[str, str]:
+    """``special_tokens_map.json`` / ``tokenizer_config.json`` names (e.g. cls -> [CLS]), where given."""
+    names: dict[str, str] = {}
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = folder / file
+        if path.is_file():
+            for key, value in json.loads(path.read_text()).items():
+                if key.endswith("_token") and value:
+                    names[key[: -len("_token")]] = value["content"] if isinstance(value, dict) else str(value)
+    return names
+
+
+def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
+    """The ids config.json's ``special_tokens`` needs for this family (see artifacts/README.md)."""
+    if family == "bert":
+        names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+        names |= {k: v for k, v in special_token_names(folder).items() if k in names}
+        return {role: token_id(tokenizer, name, folder) for role, name in names.items()}
+
+    def config_id(key: str, fallback: int | None = None) -> int:
+        value = hf.get(key, fallback)
+        if not isinstance(value, int):
+            raise CheckpointError(f"{folder}/config.json: {key} is required")
+        return value
+
+    if family == "gpt2":
+        eos = config_id("eos_token_id")
+        return {"pad": config_id("pad_token_id", eos) if hf.get("pad_token_id") is not None else eos,
+                "eos": eos, "bos": config_id("bos_token_id", eos)}
+    # Marian, BART: decoding starts from decoder_start_token_id (Marian's is the pad token).
+    unk = tokenizer.token_to_id("<unk>")
+    return {"pad": config_id("pad_token_id"), "unk": int(unk) if unk is not None else config_id("pad_token_id"),
+            "bos": config_id("decoder_start_token_id"), "eos": config_id("eos_token_id")}

