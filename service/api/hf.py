@@ -19,13 +19,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ApiError
 from service.api.schemas import MAX_SEED, NonEmptyText, TranslateRequest
 from service.api.served import Service, service_named, services
-from service.api.sse import event_stream, sse
+from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
 from service.engine.classification import ClassificationService
 from service.engine.engine import Engine
@@ -64,9 +64,17 @@ class TgiParameters(_Lenient):
     # Accepted only at their neutral values:
     best_of: int | None = Field(None, ge=1, le=1)
     typical_p: float | None = Field(None, ge=1.0, le=1.0, description="typical decoding is not supported")
-    watermark: Literal[False] = False
+    # bool, not Literal[False]: a literal compares by equality and would take 0 for false.
+    watermark: bool = Field(False, json_schema_extra={"const": False}, description="not supported: false only")
     grammar: None = None
     adapter_id: None = None
+
+    @field_validator("watermark")
+    @classmethod
+    def _no_watermark(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("watermarking is not supported")
+        return value
 
 
 class TgiRequest(_Lenient):
@@ -234,12 +242,15 @@ def _generator(engine: Engine) -> GenerationService:
     return engine.require_generator()
 
 
-@router.post("/generate", summary="TGI: generate text")
+TGI_STREAM_DOC = stream_doc("TGI's `data:` token events, the last one with `generated_text` and `details`")
+
+
+@router.post("/generate", summary="TGI: generate text", responses=TGI_STREAM_DOC)
 async def tgi_generate(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
     return await _tgi(_generator(engine), body, request, as_list=False)
 
 
-@router.post("/generate_stream", summary="TGI: generate text as Server-Sent Events")
+@router.post("/generate_stream", summary="TGI: generate text as Server-Sent Events", responses=TGI_STREAM_DOC)
 async def tgi_generate_stream(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
     return await _tgi(_generator(engine), body.model_copy(update={"stream": True}), request, as_list=False)
 
