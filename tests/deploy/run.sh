@@ -10,6 +10,7 @@
 # 5. calls every endpoint through the container and checks real answers (tests/deploy/e2e.py,
 #    expectations in tests/deploy/expectations.json); then the same through the nginx load balancer
 # 6. stops the server (SIGTERM) during an in-flight generation: it must finish, then the server exits 0
+# 6a. the reliability suite's load and SIGTERM sections against a fresh `api` (tests/reliability/container.sh)
 # 6b. the compose `scale` profile: api + 2 replicas behind nginx, 300 requests, one replica stopped
 #    mid-load (tests/deploy/scale.py)
 # 7. docker compose down; docker-sandbox stop (also on failure)
@@ -177,6 +178,14 @@ code=$("$DOCKER" inspect -f '{{.State.ExitCode}}' "$CID")
 echo "server exited with code $code, $((SECONDS - t0))s after the drained request completed"
 [ "$code" = 0 ] || fail "server exit code $code after SIGTERM (expected 0: a clean drain)"
 "$DOCKER" logs "$CID" 2>&1 | tail -8
+
+# ---- issue 12: the reliability suite's load and SIGTERM sections against the container --------------------
+# `api` again with a 5 s drain: 64 concurrent clients equal to solo answers; SIGTERM with streams in flight
+# must exit 0 within the drain and end every stream with `done` or an `error` event (tests/reliability).
+step "reliability suite against the container (load, SIGTERM)"
+SANDBOX="$SANDBOX" PROJECT="$PROJECT" PY="$PY" DOCKER="$DOCKER" API="$API" bash tests/reliability/container.sh \
+  || fail "reliability suite against the container (tests/reliability/container.sh)"
+# ---- end of issue 12 ------------------------------------------------------------------------------------
 
 # ---- issue 14: the compose `scale` profile for real (tests/deploy/scale.py) -----------------------------
 # api + 2 replicas behind nginx, each replica on its own port (host networking); 300 mixed requests through
