@@ -126,3 +126,22 @@ def test_classify_and_screenshot(page: Page, server: Server, tmp_path: Path) -> 
     shot = Path(os.environ.get("PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+def test_api_docs_render_offline(page: Page, server: Server) -> None:
+    """Swagger UI and ReDoc draw the API from local assets only (the browser has no other network here,
+    and any request leaving the server would be seen below)."""
+    outside: list[str] = []
+    blocked: list[str] = []  # by the pages' Content-Security-Policy, before anything leaves the browser
+    local = (server.url, f"blob:{server.url}", "data:")
+    page.on("request", lambda r: None if r.url.startswith(local) else outside.append(r.url))
+    page.on("requestfailed", lambda r: blocked.append(r.url) if "csp" in (r.failure or "").lower() else None)
+    page.goto(f"{server.url}/docs")
+    page.locator(".swagger-ui .opblock").first.wait_for(timeout=30_000)
+    assert page.locator(".swagger-ui .opblock").count() > 10
+    assert page.get_by_text("/v1/completions").first.is_visible()
+    page.goto(f"{server.url}/redoc")
+    page.get_by_text("/v1/completions").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)  # failure events arrive after the request events
+    assert not set(outside) - set(blocked), (outside, blocked)
+    page.goto(f"{server.url}/playground")
