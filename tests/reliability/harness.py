@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,3 +197,45 @@ async def gather_limited(limit: int, coroutines: list[Any]) -> list[Any]:
 
 # `overload` gets its own server with a small queue: 10x capacity stays a few hundred clients.
 OVERLOAD_SETTINGS = {"SERVE_MAX_BATCH_SIZE": "8", "SERVE_MAX_QUEUE_SIZE": "16"}
+
+
+@dataclass
+class Outcome:
+    name: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def check(self, ok: bool, failure: str) -> None:
+        if not ok:
+            self.failures.append(failure)
+
+
+def timed(name: str) -> Callable[[Callable[..., Awaitable[Outcome]]], Callable[..., Awaitable[Outcome]]]:
+    def wrap(fn: Callable[..., Awaitable[Outcome]]) -> Callable[..., Awaitable[Outcome]]:
+        async def run(*args: Any, **kwargs: Any) -> Outcome:
+            started = time.perf_counter()
+            outcome = await fn(*args, **kwargs)
+            outcome.name = name
+            outcome.seconds = round(time.perf_counter() - started, 1)
+            return outcome
+
+        run.__name__ = fn.__name__
+        return run
+
+    return wrap
+
+
+def client(target_url: str, connections: int = 100, timeout: float = 120.0) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=target_url, timeout=timeout, limits=limits)
+
+
+async def model_ids(http: httpx.AsyncClient) -> dict[str, str]:
+    """task -> served model id (from /v1/models)."""
+    data = (await http.get("/v1/models")).json()["data"]
+    return {m["task"]: m["id"] for m in data}
