@@ -71,7 +71,9 @@ def _check_io(artifact: Artifact, role: str, session: GraphSession) -> None:
         if actual is None:
             continue  # a promised input that is missing is caught when the session loads; outputs are optional
         if len(actual.shape) != len(tensor.shape):
-            raise ArtifactError(f"{where}: {tensor.name} has rank {len(actual.shape)} in {graph}, {len(tensor.shape)} here")
+            raise ArtifactError(
+                f"{where}: {tensor.name} has rank {len(actual.shape)} in {graph}, {len(tensor.shape)} here"
+            )
         if tensor.dtype in ORT_DTYPES and actual.type != ORT_DTYPES[tensor.dtype]:
             raise ArtifactError(f"{where}: {tensor.name} is {actual.type} in {graph}, {tensor.dtype} here")
         for axis, (stated, size) in enumerate(zip(tensor.shape, actual.shape, strict=True)):
@@ -87,15 +89,20 @@ def _check_io(artifact: Artifact, role: str, session: GraphSession) -> None:
 def _check_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > artifact.vocab_size:
+        tokenizer_file = artifact.tokenizer_file.name
         raise ArtifactError(
-            f"{_config(artifact)}: vocab_size is {artifact.vocab_size}, but {artifact.tokenizer_file.name} has {size} tokens"
+            f"{_config(artifact)}: vocab_size is {artifact.vocab_size}, but {tokenizer_file} has {size} tokens"
         )
     bad = {k: v for k, v in artifact.special_tokens.items() if not 0 <= v < artifact.vocab_size}
     if bad:
-        raise ArtifactError(f"{_config(artifact)}: special_tokens {bad} are outside the vocabulary (vocab_size {artifact.vocab_size})")
+        raise ArtifactError(
+            f"{_config(artifact)}: special_tokens {bad} are outside the vocabulary (vocab_size {artifact.vocab_size})"
+        )
 
 
-def _run(artifact: Artifact, session: GraphSession, feeds: dict[str, np.ndarray], outputs: list[str], claim: str) -> Any:
+def _run(
+    artifact: Artifact, session: GraphSession, feeds: dict[str, np.ndarray], outputs: list[str], claim: str
+) -> Any:
     try:
         return session.run(feeds, outputs)
     except Exception as exc:  # ORT's message names nodes; keep its first line, and say which claim failed
@@ -133,8 +140,17 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
         names = [f"cross.{i}.{part}" for i in range(layers) for part in ("key", "value")]
         n = min(positions, max_input_tokens)
         _run(artifact, enc, {"input_ids": _ids([last_id]), "attention_mask": _ids([1])}, names, vocab_claim)
-        out = _run(artifact, enc, {"input_ids": np.zeros((1, n), dtype=np.int64), "attention_mask": np.ones((1, n), dtype=np.int64)}, names, length_claim)
-        cross = {"encoder_attention_mask": np.ones((1, n), dtype=np.int64), **{k: np.asarray(v) for k, v in out.items()}}
+        out = _run(
+            artifact,
+            enc,
+            {"input_ids": np.zeros((1, n), dtype=np.int64), "attention_mask": np.ones((1, n), dtype=np.int64)},
+            names,
+            length_claim,
+        )
+        cross = {
+            "encoder_attention_mask": np.ones((1, n), dtype=np.int64),
+            **{k: np.asarray(v) for k, v in out.items()},
+        }
     for token, position, claim in ((last_id, 0, vocab_claim), (0, positions - 1, length_claim)):
         feeds = {
             "input_ids": _ids([token]),

@@ -73,7 +73,9 @@ def container_target(url: str, container: str, settings: dict[str, str]) -> Targ
     return Target(
         url,
         settings,
-        terminate=lambda: subprocess.run([docker, "kill", "--signal", "TERM", container], check=True, capture_output=True),
+        terminate=lambda: subprocess.run(
+            [docker, "kill", "--signal", "TERM", container], check=True, capture_output=True
+        ),
         wait_exit=wait_exit,
     )
 

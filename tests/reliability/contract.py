@@ -22,7 +22,6 @@ from tests.reliability.harness import (
     timed,
 )
 
-
 # --- schemathesis -----------------------------------------------------------------------------------
 
 SCHEMATHESIS_CHECKS = (
@@ -72,6 +71,7 @@ async def schemathesis(target: Target, max_examples: int = 10, seed: int = 1) ->
 
 # --- bad input ----------------------------------------------------------------------------------------
 
+
 def _chunks(data: bytes, size: int = 65536) -> Any:
     async def gen() -> Any:
         for i in range(0, len(data), size):
@@ -84,6 +84,10 @@ def bad_inputs(generator: str) -> list[tuple[str, str, Any, dict[str, str]]]:
     """(name, path, body, headers): each must get a 4xx in our error shape. `body` is bytes, or an async
     iterator of bytes (a chunked body)."""
     big = b'{"text": "' + b"a" * (20 << 20) + b'"}'
+
+    def biased(logit_bias: dict[str, int]) -> bytes:
+        return json.dumps({"model": generator, "prompt": "hi", "max_tokens": 2, "logit_bias": logit_bias}).encode()
+
     json_ = {"content-type": "application/json"}
     cases: list[tuple[str, str, Any, dict[str, str]]] = [
         ("invalid JSON", "/v1/classify", b'{"text": ', json_),
@@ -103,13 +107,13 @@ def bad_inputs(generator: str) -> list[tuple[str, str, Any, dict[str, str]]]:
         ("token id beyond int64", "/v1/generate", b'{"prompt": [36893488147419103232]}', json_),
         ("negative token id", "/v1/completions", json.dumps({"model": generator, "prompt": [-1]}).encode(), json_),
         ("logit_bias superscript key", "/v1/completions",
-         json.dumps({"model": generator, "prompt": "hi", "max_tokens": 2, "logit_bias": {"²": 1}}).encode(), json_),
+         biased({"²": 1}), json_),
         ("logit_bias Arabic-Indic key", "/v1/completions",
-         json.dumps({"model": generator, "prompt": "hi", "max_tokens": 2, "logit_bias": {"١": 1}}).encode(), json_),
+         biased({"١": 1}), json_),
         ("logit_bias 5,000-digit key", "/v1/completions",
-         json.dumps({"model": generator, "prompt": "hi", "max_tokens": 2, "logit_bias": {"9" * 5000: 1}}).encode(), json_),
+         biased({"9" * 5000: 1}), json_),
         ("logit_bias id out of vocabulary", "/v1/completions",
-         json.dumps({"model": generator, "prompt": "hi", "max_tokens": 2, "logit_bias": {"99999": 1}}).encode(), json_),
+         biased({"99999": 1}), json_),
         ("huge list", "/v1/classify", json.dumps({"text": ["a"] * 100_000}).encode(), json_),
         ("huge stop list", "/v1/generate", json.dumps({"prompt": "hi", "stop": ["x"] * 10_000}).encode(), json_),
         ("20 MB body", "/v1/classify", big, json_),
@@ -152,5 +156,8 @@ async def bad_input(target: Target) -> Outcome:
             out.check(shaped, f"{name}: not the error shape: {response.text[:200]}")
             health = await http.get("/health")
             out.check(health.status_code == 200, f"{name}: /health {health.status_code} afterwards")
-    out.figures = {"cases": len(statuses), "statuses": dict(sorted({s: list(statuses.values()).count(s) for s in statuses.values()}.items()))}
+    out.figures = {
+        "cases": len(statuses),
+        "statuses": dict(sorted({s: list(statuses.values()).count(s) for s in statuses.values()}.items())),
+    }
     return out

@@ -36,8 +36,8 @@ from tests.reliability.harness import (
     timed,
 )
 
-
 # --- faults: SIGTERM under load -----------------------------------------------------------------------
+
 
 @timed("sigterm")
 async def sigterm(target: Target, long_streams: int = 10, short_streams: int = 4) -> Outcome:
@@ -128,6 +128,7 @@ async def sigterm(target: Target, long_streams: int = 10, short_streams: int = 4
 
 # --- faults: corrupt and mismatched artifacts ---------------------------------------------------------
 
+
 def _edit_config(**changes: Any) -> Callable[[Path], None]:
     def edit(folder: Path) -> None:
         path = folder / "config.json"
@@ -190,7 +191,13 @@ async def artifacts() -> Outcome:
             env |= {"SERVE_HOST": "127.0.0.1", "SERVE_INTRA_OP_THREADS": "1", "SERVE_LOG_LEVEL": "warning"}
             started = time.perf_counter()
             proc = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "service"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+                subprocess.run,
+                [sys.executable, "-m", "service"],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             times.append(time.perf_counter() - started)
             lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -203,6 +210,7 @@ async def artifacts() -> Outcome:
 
 
 # --- faults in-process: an ORT failure mid-batch, an internal error, slow headers ---------------------
+
 
 class _InProcessServer:
     """The app under uvicorn in a thread of this process, so a test can reach into its engine."""
@@ -262,7 +270,11 @@ def _raw_exchange(port: int, requests: list[bytes], timeout: float = 30) -> list
                     return answers
                 head += byte
             length = next(
-                (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
                 0,
             )
             answers.append(head + reader.read(length))
@@ -380,7 +392,9 @@ async def faults() -> Outcome:
             out.figures["slow_header_closed_after_s"] = round(slow_s, 2)
             out.figures["silent_connection_closed_after_s"] = round(silent_s, 2)
             out.check(b" 408 " in reply[:20], f"slow headers got {reply[:60]!r}, not 408")
-            out.check(slow_s < 3 and silent_s < 3, f"slow connections held {slow_s:.1f}s / {silent_s:.1f}s (timeout 1 s)")
+            out.check(
+                slow_s < 3 and silent_s < 3, f"slow connections held {slow_s:.1f}s / {silent_s:.1f}s (timeout 1 s)"
+            )
     finally:
         logging.getLogger().removeHandler(capture)
     return out

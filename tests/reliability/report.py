@@ -9,15 +9,24 @@ README_END = "<!-- reliability:end -->"
 
 CHECKS = {
     "schemathesis": "every operation of /openapi.json, positive and negative data: no 5xx, responses match the schema",
-    "bad_input": "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): a 4xx in our shape, healthy after each",
+    "bad_input": (
+        "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): "
+        "a 4xx in our shape, healthy after each"
+    ),
     "load": "mixed requests at concurrency 64, each answer equal to the same request sent alone",
-    "attention": "return_attention: over the limit refused at once; the largest allowed answer bounded, /health responsive, memory returned",
+    "attention": (
+        "return_attention: over the limit refused at once; the largest allowed answer bounded, "
+        "/health responsive, memory returned"
+    ),
     "disconnects": "clients hanging up mid-stream and mid-request: gauges back to 0",
     "overload": "10x capacity (batch rows + queue): only 200 or 429 + Retry-After, bounded queue, normal latency after",
     "soak": "steady mixed traffic, RSS sampled: no growth trend",
     "sigterm": "SIGTERM with streams in flight: exit 0 within the drain timeout, every stream ends with done or error",
     "artifacts": "mismatched config.json, broken tokenizer or graph: exit non-zero, one line naming the file",
-    "faults": "ORT failure mid-batch (every waiter errors, server recovers); a bug in a request (JSON 500, keep-alive kept, no request text logged); slow headers (408)",
+    "faults": (
+        "ORT failure mid-batch (every waiter errors, server recovers); a bug in a request (JSON 500, "
+        "keep-alive kept, no request text logged); slow headers (408)"
+    ),
 }
 
 
@@ -32,10 +41,13 @@ def _figures(name: str, f: dict[str, Any]) -> str:
             f"{f['mismatched']} mismatched (max score diff {f['max_score_diff']})"
         )
     if name == "attention":
-        rss = f" RSS {f['rss_before_mb']} -> {f['rss_peak_mb']} -> {f['rss_after_mb']} MB;" if "rss_after_mb" in f else ""
+        rss = (
+            f" RSS {f['rss_before_mb']} -> {f['rss_peak_mb']} -> {f['rss_after_mb']} MB;" if "rss_after_mb" in f else ""
+        )
         return (
-            f"over limit: {f['refused_status']} in {f['refused_ms']} ms; {f['allowed_texts']} x {f['tokens_per_text']} tokens: "
-            f"{f['response_mb']} MB in {f['response_s']} s;{rss} /health worst {f['health_worst_ms']} ms"
+            f"over limit: {f['refused_status']} in {f['refused_ms']} ms; "
+            f"{f['allowed_texts']} x {f['tokens_per_text']} tokens: {f['response_mb']} MB in {f['response_s']} s;"
+            f"{rss} /health worst {f['health_worst_ms']} ms"
         )
     if name == "disconnects":
         return f"{f['disconnects']} hang-ups, gauges at 0 after {f['gauges_zero_after_s']} s"
@@ -43,7 +55,8 @@ def _figures(name: str, f: dict[str, Any]) -> str:
         rss = f", RSS peak {f['rss_peak_mb']} MB" if "rss_peak_mb" in f else ""
         return (
             f"{f['clients']} clients, {f['requests']} requests: {f['ok']} x 200, {f['rejected_429']} x 429; "
-            f"queue peak {f['peak_queue']}/{f['queue_limit']}{rss}; latency {f['latency_before_ms']} -> {f['latency_after_ms']} ms"
+            f"queue peak {f['peak_queue']}/{f['queue_limit']}{rss}; "
+            f"latency {f['latency_before_ms']} -> {f['latency_after_ms']} ms"
         )
     if name == "soak":
         return (
@@ -53,7 +66,8 @@ def _figures(name: str, f: dict[str, Any]) -> str:
     if name == "sigterm":
         return (
             f"{f['streams']} streams: {f['finished']} finished, {f['cut_with_error_event']} cut with an error event, "
-            f"{f['unclean']} unclean; exit {f['exit_status']} after {f['exit_after_s']} s (drain {f['drain_timeout_s']} s)"
+            f"{f['unclean']} unclean; exit {f['exit_status']} after {f['exit_after_s']} s "
+            f"(drain {f['drain_timeout_s']} s)"
         )
     if name == "artifacts":
         return f"{f['cases']} cases, exit within {f['max_exit_s']} s"

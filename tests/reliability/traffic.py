@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Any
 
@@ -23,7 +22,6 @@ from tests.reliability.harness import (
     slope_per_minute,
     timed,
 )
-
 
 # --- load ---------------------------------------------------------------------------------------------
 
@@ -119,6 +117,7 @@ async def load(target: Target, requests: int = 384, concurrency: int = 64) -> Ou
 
 # --- overload -----------------------------------------------------------------------------------------
 
+
 async def _solo_latency(http: httpx.AsyncClient, n: int = 5) -> float:
     times = []
     for _ in range(n):
@@ -192,9 +191,12 @@ async def overload(target: Target, seconds: float = 6.0, factor: int = 10) -> Ou
 
 # --- faults: disconnects ------------------------------------------------------------------------------
 
+
 async def _gauges(http: httpx.AsyncClient) -> float:
     text = (await http.get("/metrics")).text
-    return sum(metric(text, name) for name in ("serve_inflight_requests", "serve_running_sequences", "serve_queue_depth"))
+    return sum(
+        metric(text, name) for name in ("serve_inflight_requests", "serve_running_sequences", "serve_queue_depth")
+    )
 
 
 @timed("disconnects")
@@ -233,6 +235,7 @@ async def disconnects(target: Target, streams: int = 24, requests: int = 16) -> 
 
 
 # --- soak ---------------------------------------------------------------------------------------------
+
 
 @timed("soak")
 async def soak(target: Target, seconds: float = 30.0, concurrency: int = 8) -> Outcome:
@@ -282,6 +285,7 @@ async def soak(target: Target, seconds: float = 30.0, concurrency: int = 8) -> O
 
 
 # --- attention amplification --------------------------------------------------------------------------
+
 
 @timed("attention")
 async def attention(target: Target) -> Outcome:
@@ -337,9 +341,15 @@ async def attention(target: Target) -> Outcome:
         "health_worst_ms": round(1000 * health_worst),
     }
     if rss_before is not None and rss_after is not None:
-        out.figures |= {"rss_before_mb": round(rss_before), "rss_peak_mb": round(peak), "rss_after_mb": round(rss_after)}
+        out.figures |= {
+            "rss_before_mb": round(rss_before),
+            "rss_peak_mb": round(peak),
+            "rss_after_mb": round(rss_after),
+        }
         out.check(rss_after - rss_before <= 100, f"RSS stayed {rss_after - rss_before:.0f} MB higher")
-    out.check(refused.status_code in (413, 422) and is_error_shape(refused.json()), f"over the limit: {refused.status_code}")
+    out.check(
+        refused.status_code in (413, 422) and is_error_shape(refused.json()), f"over the limit: {refused.status_code}"
+    )
     out.check(refused_s < 2.0, f"the refusal took {refused_s:.1f}s")
     out.check(big.status_code == 200, f"the largest allowed request got {big.status_code}")
     out.check(len(big.content) <= 12 * limit + 1_000_000, f"{len(big.content)} bytes for {limit} values")

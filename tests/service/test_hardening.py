@@ -38,7 +38,9 @@ async def test_logit_bias_ids_outside_the_vocabulary_are_422(served) -> None:
 
 async def test_the_key_is_checked_before_the_body(serving) -> None:
     async with serving(api_key="s3cret", max_body_bytes=2048) as s:
-        invalid = await s.client.post("/v1/generate", content=b'{"prompt": ', headers={"content-type": "application/json"})
+        invalid = await s.client.post(
+            "/v1/generate", content=b'{"prompt": ', headers={"content-type": "application/json"}
+        )
         assert invalid.status_code == 401, invalid.text
         large = await s.client.post("/v1/classify", content=b"x" * 10_000, headers={"content-type": "application/json"})
         assert large.status_code == 401
