@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -37,13 +38,21 @@ def error_event(type: str, message: str, field: str | None = None) -> str:
     return sse({"type": "error", **error_body(type, message, field)}, "error")
 
 
+async def _rendered(render: Callable[[Any], str], event: Any) -> str:
+    """A final event that carries attention maps (up to SERVE_MAX_ATTENTION_VALUES numbers) is serialized
+    on a worker thread, as large JSON answers are (service/api/responses.py): the event loop stays free."""
+    if getattr(event, "attention", None) is not None:
+        return await asyncio.to_thread(render, event)
+    return render(event)
+
+
 async def _events(
     first: Any, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer
 ) -> AsyncIterator[str]:
     try:
-        yield render(first)
+        yield await _rendered(render, first)
         async for event in events:
-            yield render(event)
+            yield await _rendered(render, event)
     except EngineError as exc:  # after the first event the status is sent: report in-band
         yield on_error(exc.type, exc.message, exc.field)
     except Exception as exc:

@@ -170,3 +170,10 @@ def test_load_names_a_broken_tokenizer(make_settings, tiny_artifacts: Path, tmp_
     (tmp_path / "classifier" / "tokenizer.json").write_text("{not json")
     with pytest.raises(ArtifactError, match=r"classifier/tokenizer\.json: cannot load the tokenizer"):
         Engine(make_settings(artifacts_dir=tmp_path, models="classifier")).load()
+
+
+async def test_streamed_attention_arrives_in_the_done_event(served) -> None:
+    body = {"prompt": "one two", "max_new_tokens": 3, "stream": True, "return_attention": True}
+    r = await served.client.post("/v1/generate", json=body)
+    name, done = events(r.content)[-1]
+    assert name == "done" and done["attention"]["layers"]
