@@ -41,7 +41,8 @@ async def schemathesis(target: Target, max_examples: int = 10, seed: int = 1) ->
             "--checks", SCHEMATHESIS_CHECKS, "--request-timeout", "60", "--workers", "2",
             "--no-color", "--generation-database", "none", "--report", "ndjson", "--report-dir", reports,
         ]  # fmt: skip
-        proc = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=900)
+        run = subprocess.run  # in the temporary folder: schemathesis keeps a cache (.schemathesis/) in its cwd
+        proc = await asyncio.to_thread(run, command, cwd=reports, capture_output=True, text=True, timeout=900)
         requests, statuses, failures = 0, {}, set()
         for path in Path(reports).glob("*.ndjson"):
             for line in path.read_text().splitlines():
