@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -9,6 +10,11 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MODEL_NAMES = ("translator", "generator", "classifier")
+# With SERVE_MODELS unset every model folder is served, in this order (then the others by name). The first
+# model of each task answers requests that name no model: classifier-minilm (pretrained, fine-tuned) scored
+# better than classifier on validation (artifacts/classifier-minilm/card.md).
+DISCOVERY_ORDER = ("translator", "generator", "classifier-minilm", "classifier")
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder name: no path separators
 DEFAULT_ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
 
 
@@ -18,7 +24,8 @@ class Settings(BaseSettings):
     host: str = "0.0.0.0"
     port: int = Field(default=8000, ge=1, le=65535)
     artifacts_dir: Path = DEFAULT_ARTIFACTS_DIR
-    models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(MODEL_NAMES))
+    # Empty: every folder of artifacts_dir that has a config.json (DISCOVERY_ORDER first).
+    models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # 0 lets ONNX Runtime pick (one thread per physical core).
     intra_op_threads: int = Field(default=0, ge=0, le=256)
@@ -66,12 +73,11 @@ class Settings(BaseSettings):
 
     @field_validator("models")
     @classmethod
-    def _known_models(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError(f"at least one model is required (choose from {', '.join(MODEL_NAMES)})")
-        unknown = [name for name in value if name not in MODEL_NAMES]
-        if unknown:
-            raise ValueError(f"unknown model(s) {unknown}; choose from {', '.join(MODEL_NAMES)}")
+    def _valid_model_names(cls, value: list[str]) -> list[str]:
+        invalid = [name for name in value if not MODEL_NAME.fullmatch(name)]
+        if invalid:
+            raise ValueError(f"invalid model name(s) {invalid}: folder names in SERVE_ARTIFACTS_DIR "
+                             "(letters, digits, '.', '_', '-')")
         return list(dict.fromkeys(value))
 
     @field_validator("cors_origins", mode="before")
@@ -93,6 +99,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _model_folders_exist(self) -> Settings:
+        if not self.models:
+            self.models = discover_models(self.artifacts_dir)
         missing = [name for name in self.models if not (self.artifacts_dir / name / "config.json").is_file()]
         if missing:
             folders = ", ".join(str(self.artifacts_dir / name) for name in missing)
@@ -101,3 +109,13 @@ class Settings(BaseSettings):
                 "Export the model there, point SERVE_ARTIFACTS_DIR at another folder, or narrow SERVE_MODELS."
             )
         return self
+
+
+def discover_models(artifacts_dir: Path) -> list[str]:
+    """Every model folder (one with a config.json) in ``artifacts_dir``: DISCOVERY_ORDER first, then by name."""
+    found = [p.parent.name for p in artifacts_dir.glob("*/config.json") if MODEL_NAME.fullmatch(p.parent.name)]
+    if not found:
+        raise ValueError(f"no model folder (with a config.json) in {artifacts_dir}; export one there, "
+                         "or point SERVE_ARTIFACTS_DIR at another folder")
+    return sorted(found, key=lambda name: (DISCOVERY_ORDER.index(name) if name in DISCOVERY_ORDER
+                                           else len(DISCOVERY_ORDER), name))

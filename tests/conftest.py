@@ -52,3 +52,30 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
             shutil.rmtree(stale, ignore_errors=True)
         shutil.copytree(staging, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def hf_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small random transformers checkpoints (tests/hf_checkpoints.py) in ``checkpoints/<family>`` and
+    their imports by scripts/import_checkpoint in ``artifacts/<family>``; built once per source version."""
+    import transformers
+    from hf_checkpoints import FAMILIES, build_checkpoint
+
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("hf-imports")) if cache is not None else tmp_path_factory.mktemp("hf-imports")
+    digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
+    digest.update((REPO / "tests" / "hf_checkpoints.py").read_bytes())
+    folder = root / digest.hexdigest()[:16]
+    if not all((folder / "artifacts" / family / "golden.json").is_file() for family in FAMILIES):
+        from model.hf_artifact import import_to_artifact
+
+        staging = tmp_path_factory.mktemp("hf-import")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for family in FAMILIES:
+                checkpoint = build_checkpoint(family, staging / "checkpoints" / family)
+                import_to_artifact(checkpoint, staging / "artifacts" / family, family, int8=False)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder

@@ -102,7 +102,7 @@ def build_marian(folder: Path) -> None:
                           decoder_layers=SIZES["layers"], encoder_attention_heads=SIZES["heads"],
                           decoder_attention_heads=SIZES["heads"], encoder_ffn_dim=SIZES["ffn"],
                           decoder_ffn_dim=SIZES["ffn"], max_position_embeddings=SIZES["positions"],
-                          pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=0)
+                          pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=None)
     model = MarianMTModel(config)
     perturb(model, keep="embed_positions")  # Marian's sinusoids are computed, not learned
     with torch.no_grad():

@@ -27,7 +27,7 @@ def _result(c: Classification) -> ClassificationResult:
 
 @router.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
 async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -> Any:
-    classifier = engine.require_classifier()
+    classifier = engine.require_classifier(body.model)
     if isinstance(body.text, str):
         inputs: list[ClassifyInput] = [body.text]
         fields = ["text"]

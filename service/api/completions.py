@@ -261,9 +261,10 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
     generator = engine.require_generator()
     if body.model != generator.name:
-        raise ApiError(
-            404, "model_not_found", f"model {body.model!r} is not served here; use {generator.name!r}", "model"
-        )
+        served = engine.model_names("generation")
+        if body.model not in served:
+            raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use one of {served}", "model")
+        generator = engine.require_generator(body.model)
     sequences, echoes, prompt_ids = _sequences(generator, body)
     deadline = generator.deadline()
     echo_logprobs = await unless_disconnected(request, _scored_prompts(generator, body, prompt_ids, deadline))

@@ -83,7 +83,7 @@ def _event(event: TokenEvent | GenerationResult) -> str:
 
 @router.post("/v1/generate", response_model=GenerateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -> Any:
-    generator = engine.require_generator()
+    generator = engine.require_generator(body.model)
     seq = _sequence(generator, body)
     generator.submit([seq])
     deadline = generator.deadline()

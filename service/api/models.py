@@ -7,12 +7,12 @@ from fastapi import APIRouter
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import ModelCard, ModelList
-from service.engine.engine import ModelInfo
+from service.engine.engine import Engine, ModelInfo
 
 router = APIRouter(tags=["models"])
 
 
-def _card(info: ModelInfo, details: bool) -> ModelCard:
+def _card(info: ModelInfo, details: bool, default: bool) -> ModelCard:
     """`details`: SERVE_MODEL_DETAILS; false leaves out the model card (training command, library versions)."""
     a = info.artifact
     metrics = a.card.get("metrics", {})
@@ -20,6 +20,7 @@ def _card(info: ModelInfo, details: bool) -> ModelCard:
         id=info.name,
         created=int(info.loaded_at),
         task=a.task,
+        default=default,
         architecture=a.architecture,
         dims=a.dims,
         vocab_size=a.vocab_size,
@@ -32,9 +33,14 @@ def _card(info: ModelInfo, details: bool) -> ModelCard:
     )
 
 
+def _is_default(engine: Engine, info: ModelInfo) -> bool:
+    return engine.model_names(info.artifact.task)[:1] == [info.name]
+
+
 @router.get("/v1/models", response_model=ModelList, response_model_exclude_none=True)
 async def list_models(engine: EngineDep) -> ModelList:
-    return ModelList(data=[_card(info, engine.settings.model_details) for info in engine.models.values()])
+    return ModelList(data=[_card(info, engine.settings.model_details, _is_default(engine, info))
+                           for info in engine.models.values()])
 
 
 @router.get("/v1/models/{model_id}", response_model=ModelCard, response_model_exclude_none=True)
@@ -44,4 +50,4 @@ async def retrieve_model(model_id: str, engine: EngineDep) -> ModelCard:
     if info is None:
         served = ", ".join(repr(n) for n in engine.models)
         raise ApiError(404, "model_not_found", f"model {model_id!r} is not served here; served: {served}", "model")
-    return _card(info, engine.settings.model_details)
+    return _card(info, engine.settings.model_details, _is_default(engine, info))

@@ -16,7 +16,7 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
     engine = getattr(app.state, "engine", None)
     components = schema.get("components", {}).get("schemas", {})
     if engine is not None and engine.generator is not None and "CompletionRequest" in components:
-        components["CompletionRequest"]["properties"]["model"]["enum"] = [engine.generator.name]
+        components["CompletionRequest"]["properties"]["model"]["enum"] = engine.model_names("generation")
     if engine is not None and engine.classifier is not None and "ClassifyRequest" in components:
         top_k = components["ClassifyRequest"]["properties"]["top_k"]
         _integer_member(top_k)["maximum"] = len(engine.classifier.labels)

@@ -12,6 +12,10 @@ MAX_LOGIT_BIAS = 300  # entries, as OpenAI
 TOKEN_ID_DIGITS = 9
 TOKEN_ID = re.compile(rf"[0-9]{{1,{TOKEN_ID_DIGITS}}}", re.ASCII)
 NonEmptyText = Annotated[str, Field(min_length=1)]
+ModelName = Annotated[
+    str | None,
+    Field(None, description="a loaded model of this task (GET /v1/models); default: the task's first in SERVE_MODELS"),
+]
 Pair = Annotated[list[NonEmptyText], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
 StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=16)]
 
@@ -64,6 +68,7 @@ class TranslateRequest(Request):
     text: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] = Field(
         description="one source text, or a list of them"
     )
+    model: ModelName
     num_beams: int = Field(4, ge=1, le=16, description="1 = greedy; beams are batch rows")
     n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
     length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="score = logprob / length ** length_penalty")
@@ -120,6 +125,7 @@ class GenerateRequest(Request):
     max_new_tokens: int | None = Field(None, ge=1, description="default 64, within the server cap and the context")
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
     top_k: int = Field(0, ge=0, description="0 = off")
+    model: ModelName
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
     stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
@@ -258,6 +264,7 @@ class ClassifyRequest(Request):
     top_k: int | None = Field(None, ge=1, description="also list the k most likely labels")
     return_attention: bool = Field(False, description="self-attention per layer and head")
 
+    model: ModelName
 
 class LabelScore(Response):
     label: str
@@ -290,6 +297,7 @@ class ModelCard(Response):
     architecture: str
     dims: dict[str, int]
     vocab_size: int
+    default: bool = Field(description="answers the requests of its task that name no model")
     max_positions: int
     labels: list[str] | None = None
     provider: dict[str, str] = Field(description="execution provider really in use, per graph")

@@ -13,8 +13,8 @@ Service = TranslationService | GenerationService | ClassificationService
 
 
 def services(engine: Engine) -> dict[str, Service]:
-    loaded = (engine.generator, engine.translator, engine.classifier)
-    return {s.name: s for s in loaded if s is not None}
+    loaded = (engine.generator, engine.translator, engine.classifier)  # the defaults first
+    return {s.name: s for s in loaded if s is not None} | engine.services
 
 
 def service_named(engine: Engine, name: str | None, field: str = "model") -> Service:

@@ -61,7 +61,7 @@ def _event(event: TranslationPiece | TranslationResult) -> str:
 
 @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> Any:
-    translator = engine.require_translator()
+    translator = engine.require_translator(body.model)
     texts = [body.text] if isinstance(body.text, str) else body.text
     fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
     if body.stream:

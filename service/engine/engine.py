@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S")
 
 TASKS = {"translator": "translation", "generator": "generation", "classifier": "classification"}
+Service = TranslationService | GenerationService | ClassificationService
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Engine:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.models: dict[str, ModelInfo] = {}
+        # Every loaded model by name; the three below are each task's default (its first in SERVE_MODELS),
+        # which serves requests that name no model.
+        self.services: dict[str, Service] = {}
         self.translator: TranslationService | None = None
         self.generator: GenerationService | None = None
         self.classifier: ClassificationService | None = None
@@ -62,7 +66,12 @@ class Engine:
         )
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)
-            if artifact.task != TASKS[name]:
+            if artifact.name != name:  # the folder name is the served name, in SERVE_MODELS and in requests
+                raise ArtifactError(
+                    f"{artifact.folder}: config.json names the model {artifact.name!r} but its folder is {name!r}; "
+                    "rename one of them"
+                )
+            if name in TASKS and artifact.task != TASKS[name]:  # other folder names take the task of their artifact
                 raise ArtifactError(
                     f"{artifact.folder}: a {name} must have task {TASKS[name]!r}, not {artifact.task!r}"
                 )
@@ -71,50 +80,64 @@ class Engine:
             self._executors[name] = executor
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
             args = (self.settings, executor, self.metrics)
-            service: TranslationService | GenerationService | ClassificationService
+            service: Service
             if artifact.task == "translation":
-                service = self.translator = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
+                service = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
+                self.translator = service if self.translator is None else self.translator
             elif artifact.task == "generation":
-                service = self.generator = GenerationService(artifact, sessions["decoder"], *args)
+                service = GenerationService(artifact, sessions["decoder"], *args)
+                self.generator = service if self.generator is None else self.generator
             else:
-                service = self.classifier = ClassificationService(artifact, sessions["encoder"], *args)
+                service = ClassificationService(artifact, sessions["encoder"], *args)
+                self.classifier = service if self.classifier is None else self.classifier
+            self.services[name] = service
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
     def start(self) -> None:
-        for service in (self.translator, self.generator):
-            if service is not None:
+        for service in self.services.values():
+            if isinstance(service, ClassificationService):
+                service.batcher.start()
+            else:
                 service.scheduler.start()
-        if self.classifier is not None:
-            self.classifier.batcher.start()
 
     async def stop(self, reason: str = "the server is shutting down") -> None:
         """Fail everything queued or running with 503 `unavailable` (idempotent)."""
         error = Unavailable(reason)
-        for service in (self.translator, self.generator):
-            if service is not None:
+        for service in self.services.values():
+            if isinstance(service, ClassificationService):
+                await service.batcher.stop(error)
+            else:
                 await service.scheduler.stop(error)
-        if self.classifier is not None:
-            await self.classifier.batcher.stop(error)
         for executor in self._executors.values():
             executor.shutdown(wait=False, cancel_futures=True)
 
     async def warmup(self) -> None:
         """Run a few representative batches through every model (first-run allocations, thread pools)."""
         started = time.perf_counter()
-        services = [s for s in (self.translator, self.generator, self.classifier) if s is not None]
-        await collect([service.warmup() for service in services])
+        await collect([service.warmup() for service in self.services.values()])
         log.info("warm-up finished in %.2fs", time.perf_counter() - started)
 
-    def require_translator(self) -> TranslationService:
-        return self._require(self.translator, "translation")
+    def model_names(self, task: str) -> list[str]:
+        """The loaded models of ``task``, the default (first) one first."""
+        return [name for name, info in self.models.items() if info.artifact.task == task]
 
-    def require_generator(self) -> GenerationService:
-        return self._require(self.generator, "generation")
+    def require_translator(self, model: str | None = None) -> TranslationService:
+        return self._require(self.translator, TranslationService, "translation", model)
 
-    def require_classifier(self) -> ClassificationService:
-        return self._require(self.classifier, "classification")
+    def require_generator(self, model: str | None = None) -> GenerationService:
+        return self._require(self.generator, GenerationService, "generation", model)
 
-    def _require(self, service: S | None, task: str) -> S:
-        if service is None:
-            raise ModelNotLoaded(f"no {task} model is loaded (SERVE_MODELS={','.join(self.settings.models)})")
+    def require_classifier(self, model: str | None = None) -> ClassificationService:
+        return self._require(self.classifier, ClassificationService, "classification", model)
+
+    def _require(self, default: S | None, kind: type[S], task: str, model: str | None) -> S:
+        """The named model (it must serve ``task``), or the task's default when ``model`` is None."""
+        if model is None:
+            if default is None:
+                raise ModelNotLoaded(f"no {task} model is loaded (SERVE_MODELS={','.join(self.settings.models)})")
+            return default
+        service = self.services.get(model)
+        if not isinstance(service, kind):
+            same_task = [name for name, s in self.services.items() if isinstance(s, kind)]
+            raise ModelNotLoaded(f"model {model!r} is not a {task} model served here; served: {same_task}", "model")
         return service

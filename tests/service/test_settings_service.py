@@ -30,8 +30,9 @@ def test_default_artifacts_dir_is_the_repo_folder() -> None:
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"models": "translator,unknown"}, "unknown model"),
-        ({"models": ""}, "at least one model"),
+        ({"models": "translator,unknown"}, r"no artifact for \['unknown'\]"),
+        ({"models": "translator,../generator"}, "invalid model name"),
+        ({"artifacts_dir": Path("/nonexistent")}, "no model folder"),
         ({"max_batch_size": 0}, "max_batch_size"),
         ({"device": "tpu"}, "device"),
         ({"quantization": "int4"}, "quantization"),
@@ -41,7 +42,7 @@ def test_default_artifacts_dir_is_the_repo_folder() -> None:
 )
 def test_invalid_settings_fail_fast(tiny_artifacts: Path, overrides: dict, needle: str) -> None:
     with pytest.raises(ValidationError, match=needle):
-        Settings(artifacts_dir=tiny_artifacts, **overrides)
+        Settings(**({"artifacts_dir": tiny_artifacts} | overrides))
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path: Path) -> None:
