@@ -49,7 +49,7 @@ def test_echo_logprobs(client: openai.OpenAI) -> None:
 
 
 def test_models(client: openai.OpenAI) -> None:
-    assert {m.id for m in client.models.list()} == {"translator", "generator", "classifier"}
+    assert {"translator", "generator", "classifier"} <= {m.id for m in client.models.list()}
     assert client.models.retrieve("generator").id == "generator"
 
 
