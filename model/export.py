@@ -389,11 +389,12 @@ def export_model(
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
     if card_dir is not None:
-        for name in ("card.json", "card.md"):
+        for name in ("card.json", "card.md", "learning_curve.png"):
             if (card_dir / name).exists():
                 shutil.copyfile(card_dir / name, out_dir / name)
     if not (out_dir / "card.json").exists():
-        (out_dir / "card.json").write_text(json.dumps({"model": kind, "metrics": {}, "note": "untrained"}, indent=2) + "\n")
+        untrained = {"model": served_name, "metrics": {}, "note": "untrained", "config": model.config.to_dict()}  # type: ignore[operator]
+        (out_dir / "card.json").write_text(json.dumps(untrained, indent=2) + "\n")
     record_golden(out_dir)
     return config
 
