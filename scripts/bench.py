@@ -56,6 +56,7 @@ class Cell:
     errors: int = 0
     server_cores: float | None = None  # the server's CPU time / wall time during the cell
     queue_depth: float | None = None  # mean of serve_queue_depth (all models) sampled during the cell
+    other_cores: float | None = None  # CPU used by everything but the server and this client: noise
 
     def summary(self) -> dict[str, Any]:
         def pct(values: list[float], q: float) -> float | None:
@@ -74,6 +75,7 @@ class Cell:
             "ttft_p99_ms": pct(self.ttfts, 99),
             "server_cores": self.server_cores,
             "queue_depth": self.queue_depth,
+            "other_cores": self.other_cores,
         }
 
 
@@ -135,6 +137,17 @@ async def classify(conn: Connection) -> tuple[int, float | None]:
     status, data, _, _ = await conn.post("/v1/classify", {"text": TEXT})
     _ok(status, data)
     return 0, None
+
+
+def classify_with(model: str) -> Client:
+    """/v1/classify on one named model (several classifiers served side by side)."""
+
+    async def call(conn: Connection) -> tuple[int, float | None]:
+        status, data, _, _ = await conn.post("/v1/classify", {"text": TEXT, "model": model})
+        _ok(status, data)
+        return 0, None
+
+    return call
 
 
 def translate(num_beams: int, max_new_tokens: int) -> Client:
@@ -222,6 +235,19 @@ async def drive_sampled(base_url: str, name: str, call: Client, concurrency: int
         await asyncio.gather(sampler, return_exceptions=True)
     cell.queue_depth = round(statistics.fmean(samples), 2) if samples else None
     return cell
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time all processes have used (the busy fields of /proc/stat's `cpu` line)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    usage = os.times()
+    return usage.user + usage.system
 
 
 # --- the server --------------------------------------------------------------------------------------
@@ -357,9 +383,13 @@ def run_matrix(
     for name, call in clients.items():
         for c in concurrency:
             requests = max(c * 2, int(round(c * 4 * scale)), 8)
-            cpu_before = server.cpu_seconds()
+            before = (time.perf_counter(), server.cpu_seconds(), machine_cpu_seconds(), client_cpu_seconds())
             cell = asyncio.run(drive_sampled(server.url, name, call, c, requests))
-            cell.server_cores = round((server.cpu_seconds() - cpu_before) / cell.seconds, 2)
+            after = (time.perf_counter(), server.cpu_seconds(), machine_cpu_seconds(), client_cpu_seconds())
+            # Over the whole call (its untimed warm-up requests too): CPU time / the same wall time.
+            wall_s, server_s, machine_s, client_s = (a - b for a, b in zip(after, before, strict=True))
+            cell.server_cores = round(server_s / wall_s, 2)
+            cell.other_cores = round(max(0.0, machine_s - server_s - client_s) / wall_s, 2)
             print(f"  {name:<12} c={c:<3} {cell.summary()['requests_per_s']:>8} req/s", flush=True)
             cells.append(cell)
     return cells
@@ -368,7 +398,7 @@ def run_matrix(
 def table(rows: list[dict[str, Any]]) -> str:
     cols = [
         "endpoint", "concurrency", "requests_per_s", "tokens_per_s", "p50_ms", "p99_ms", "ttft_p50_ms", "server_cores",
-        "queue_depth", "errors",
+        "queue_depth", "other_cores", "errors",
     ]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |" for r in rows]
@@ -388,7 +418,10 @@ def main() -> None:
         help="comma-separated concurrency levels of the endpoint matrix",
     )
     parser.add_argument("--quantization", choices=("none", "int8"), default="none", help="SERVE_QUANTIZATION")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="SERVE_DEVICE")
     parser.add_argument("--out", type=Path, default=REPO / "bench_results")
+    parser.add_argument("--classifiers", default="", help="comma-separated classifiers to measure side by side "
+                        "(e.g. classifier,classifier-minilm): a `classify <name>` row each, in the same server")
     args = parser.parse_args()
     if 32 not in args.concurrency:
         parser.error("--concurrency must include 32 (the batching comparison runs at 32)")
@@ -407,21 +440,24 @@ def main() -> None:
         "generate": generate(n),
         "completions": completions(n),
     }
+    clients |= {f"classify {name}": classify_with(name) for name in filter(None, args.classifiers.split(","))}
     results: dict[str, Any] = {
         "artifacts": str(args.artifacts),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "threads": args.threads,
         "max_new_tokens": n,
         "quantization": args.quantization,
+        "device": args.device,
     }
 
     print("batching on (SERVE_MAX_BATCH_SIZE=32)", flush=True)
-    with Server(args.artifacts, args.threads, max_batch_size=32, quantization=args.quantization) as server:
+    settings = {"quantization": args.quantization, "device": args.device}
+    with Server(args.artifacts, args.threads, max_batch_size=32, **settings) as server:
         cells = run_matrix(server, clients, args.scale, args.concurrency)
         streams_on = asyncio.run(drive(server.url, "generate", generate(n), 16, max(32, int(48 * args.scale))))
         results["server_peak_rss_mb"] = server.peak_rss_mb()
     print("batching off (SERVE_MAX_BATCH_SIZE=1)", flush=True)
-    with Server(args.artifacts, args.threads, max_batch_size=1, quantization=args.quantization) as server:
+    with Server(args.artifacts, args.threads, max_batch_size=1, **settings) as server:
         classify_off = asyncio.run(drive(server.url, "classify", classify, 32, max(64, int(128 * args.scale))))
         streams_off = asyncio.run(drive(server.url, "generate", generate(n), 16, max(32, int(48 * args.scale))))
     classify_on = next(c for c in cells if c.endpoint == "classify" and c.concurrency == 32)

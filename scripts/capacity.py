@@ -40,7 +40,8 @@ def per_endpoint(text: str) -> dict[str, float]:
 
 
 def variant_name(bench: dict[str, Any]) -> str:
-    return "int8" if bench.get("quantization") == "int8" else "fp32"
+    name = "int8" if bench.get("quantization") == "int8" else "fp32"
+    return f"{name}-cuda" if bench.get("device") == "cuda" else name
 
 
 def capacity(bench: dict[str, Any], p99_ms: dict[str, float]) -> dict[str, dict[str, Any] | None]:
@@ -58,6 +59,7 @@ def capacity(bench: dict[str, Any], p99_ms: dict[str, float]) -> dict[str, dict[
             **{k: best[k] for k in ("concurrency", "requests_per_s", "tokens_per_s", "p99_ms")},
             "server_cores": best.get("server_cores"),
             "queue_depth": best.get("queue_depth"),
+            "other_cores": best.get("other_cores"),
         }
     return result
 
@@ -91,16 +93,17 @@ def plan(
 
 def capacity_table(variants: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| variant | endpoint | p99 target ms | concurrency | requests/s | tokens/s | p99 ms | cores used | queue |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| variant | endpoint | p99 target ms | concurrency | requests/s | tokens/s | p99 ms | cores used | queue"
+        " | other cores |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, variant in variants.items():
         for endpoint, cap in variant["capacity"].items():
             if cap is None:
-                lines.append(f"| {name} | {endpoint} | | target not met at any measured concurrency | | | | | |")
+                lines.append(f"| {name} | {endpoint} | | target not met at any measured concurrency | | | | | | |")
                 continue
             cells = [cap[k] for k in ("p99_target_ms", "concurrency", "requests_per_s", "tokens_per_s", "p99_ms")]
-            cells += [cap["server_cores"], cap["queue_depth"]]
+            cells += [cap["server_cores"], cap["queue_depth"], cap["other_cores"]]
             lines.append(f"| {name} | {endpoint} | " + " | ".join("" if c is None else str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -124,7 +127,7 @@ def main() -> None:
             parser.error(f"{path} ran with --threads {bench['threads']}, not the replica's {args.cpu_request} cores")
         caps = capacity(bench, p99)
         variants[variant_name(bench)] = {
-            "source": str(path.relative_to(REPO) if path.resolve().is_relative_to(REPO) else path),
+            "source": str(path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path),
             "server_peak_rss_mb": bench["server_peak_rss_mb"],
             "capacity": caps,
             "plan": plan(caps, args.load, args.headroom, args.cpu_request),
