@@ -342,7 +342,8 @@ def main() -> int:
         # What nginx answered 200 was served by one of the replicas: the live ones exactly, the stopped
         # one at least up to its last scrape (it may finish a request or two after it).
         assert sum(delta.values()) <= REQUESTS, delta
-        return ", ".join(f"{name} {count}" for name, count in delta.items()) + " (200s counted by each replica's /metrics)"
+        counts = ", ".join(f"{name} {count}" for name, count in delta.items())
+        return f"{counts} (200s counted by each replica's /metrics)"
 
     def nginx_agrees() -> str:
         logs = subprocess.run(
