@@ -93,6 +93,7 @@ def convert_marian(folder: Path) -> Tokenizer:
 
     tokenizer = MarianConverter(slow).converted()
     tokenizer.add_special_tokens([str(slow.pad_token), str(slow.eos_token), str(slow.unk_token)])
+    tokenizer.add_tokens(slow.supported_language_codes)  # ">>fra<<" target codes stay one token, as in Marian
     return tokenizer
 
 
