@@ -73,7 +73,10 @@ class TranslateRequest(Request):
     n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
     length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="score = logprob / length ** length_penalty")
     max_new_tokens: int | None = Field(None, ge=1, description="default: 2 * source tokens + 16, within the server cap")
-    no_repeat_ngram_size: int = Field(0, ge=0, le=16, description="0 = off")
+    no_repeat_ngram_size: int = Field(
+        3, ge=0, le=16,
+        description="no n-gram of this many tokens occurs twice in an output (0 = off); the model card measures 3",
+    )
     do_sample: bool = Field(False, description="sample instead of searching (num_beams must be 1)")
     temperature: float = Field(1.0, gt=0.0, le=10.0, description="with do_sample")
     top_k: int = Field(0, ge=0, description="with do_sample; 0 = off")
@@ -122,10 +125,10 @@ class GenerateRequest(Request):
     prompt: NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
         description="text, or token ids"
     )
+    model: ModelName
     max_new_tokens: int | None = Field(None, ge=1, description="default 64, within the server cap and the context")
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
     top_k: int = Field(0, ge=0, description="0 = off")
-    model: ModelName
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
     stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
@@ -261,10 +264,10 @@ class ClassifyRequest(Request):
     text: NonEmptyText | Annotated[list[NonEmptyText | Pair], Field(min_length=1)] = Field(
         description='one text, a list of texts, or sentence pairs: [["premise", "hypothesis"], ...]'
     )
+    model: ModelName
     top_k: int | None = Field(None, ge=1, description="also list the k most likely labels")
     return_attention: bool = Field(False, description="self-attention per layer and head")
 
-    model: ModelName
 
 class LabelScore(Response):
     label: str
@@ -294,10 +297,10 @@ class ModelCard(Response):
     created: int
     owned_by: str = "transformer-serving"
     task: str
+    default: bool = Field(description="answers the requests of its task that name no model")
     architecture: str
     dims: dict[str, int]
     vocab_size: int
-    default: bool = Field(description="answers the requests of its task that name no model")
     max_positions: int
     labels: list[str] | None = None
     provider: dict[str, str] = Field(description="execution provider really in use, per graph")
