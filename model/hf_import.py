@@ -124,11 +124,9 @@ def activation(hf: dict[str, Any], key: str, family: str) -> str:
     return ACTIVATIONS[name]
 
 
-def strip_prefix(tensors: dict[str, Tensor], prefix: str) -> tuple[dict[str, Tensor], bool]:
-    """Task models nest the base model (``bert.``, ``transformer.``); base models do not."""
-    if any(k.startswith(prefix) for k in tensors):
-        return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}, True
-    return tensors, False
+def strip_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """Task models nest the base model (``bert.``, ``transformer.``, ``model.``); base models do not."""
+    return {k.removeprefix(prefix): v for k, v in tensors.items()}
 
 
 # --- BERT-architecture encoders (BERT, MiniLM) -> Classifier ------------------------------------------------
@@ -325,7 +323,7 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
     fresh: list[str] = []
 
     def bert() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
-        tensors, _ = strip_prefix(raw, "bert.")
+        tensors = strip_prefix(raw, "bert.")
         src = Tensors(tensors)
         names = hf_labels(hf) if src.has("classifier.weight") else (labels or ["negative", "positive"])
         c = bert_config(hf, specials, names)
@@ -334,7 +332,7 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
 
     def gpt2() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
         head = raw.get("lm_head.weight")
-        tensors, _ = strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, "transformer.")
+        tensors = strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, "transformer.")
         src = Tensors(tensors)
         c = gpt2_config(hf, specials)
         out = gpt2_weights(src, c, head)
@@ -345,7 +343,7 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
     def seq2seq() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
         head, bias = raw.get("lm_head.weight"), raw.get("final_logits_bias")
         rest = {k: v for k, v in raw.items() if k not in ("lm_head.weight", "final_logits_bias")}
-        tensors, _ = strip_prefix(rest, "model.")
+        tensors = strip_prefix(rest, "model.")
         src = Tensors(tensors)
         c = seq2seq_config(hf, family, specials)
         out = seq2seq_weights(src, c, family, head, bias)

@@ -7,6 +7,7 @@ Needs ``transformers`` (the ``import`` extra); the server never imports this mod
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,6 @@ def session(path: Path) -> ort.InferenceSession:
 
 
 def onnx_outputs(artifact: Path, role: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    import json
-
     config = json.loads((artifact / "config.json").read_text())
     sess = session(artifact / config["graphs"][role]["file"])
     names = [o.name for o in sess.get_outputs()]
@@ -113,8 +112,6 @@ def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headle
 
 
 def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.ndarray:
-    import json
-
     config = json.loads((artifact / "config.json").read_text())
     np_inputs = {k: v.numpy() for k, v in inputs.items()}
     if family == "bert":
