@@ -155,3 +155,22 @@ def test_cli_reports_errors_without_a_traceback(tmp_path: Path, capsys: pytest.C
     assert cli.main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     assert "has no config.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_untied_output_head_is_imported_as_its_own_matrix(tmp_path: Path) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=1, n_head=2, tie_word_embeddings=False,
+                        bos_token_id=0, eos_token_id=0)
+    reference_model = GPT2LMHeadModel(config).eval()
+    reference_model.save_pretrained(str(tmp_path))
+    imported = import_checkpoint(tmp_path, {"pad": 0, "eos": 0, "bos": 0})
+    head, embedding = imported.model.lm_head.weight, imported.model.tok_emb.weight
+    assert head.data_ptr() != embedding.data_ptr() and not torch.equal(head, embedding)
+    ids = torch.randint(0, 50, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # left padding
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
+    ours = hf_parity.ours_logits(imported.model, "gpt2", inputs)
+    assert hf_parity.max_abs_diff(ours, hf_parity.hf_logits(reference_model, "gpt2", inputs), mask.bool()) < 1e-5
