@@ -34,6 +34,20 @@ RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
  && /opt/venv/bin/python -c "import importlib.util as u; assert u.find_spec('torch') is None, 'torch in image'" \
  && { /opt/venv/bin/pip uninstall --yes pip setuptools wheel >/dev/null 2>&1 || true; }
 
+# ---------------------------------------------------------------- int8: the variants git does not hold
+# Large imported models (artifacts/classifier-minilm) are committed without their dynamic-int8 graph;
+# model/int8.py (onnx + onnxruntime only, pinned as in pyproject.toml) adds it to each graph whose
+# config.json has "int8_file": null, so SERVE_QUANTIZATION=int8 finds it in the image.
+FROM ${PYTHON_IMAGE} AS int8
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python -m venv /opt/quantize \
+ && /opt/quantize/bin/pip install $(grep -oE '"(onnx|onnxruntime|numpy)==[^"]+"' pyproject.toml | tr -d '"')
+COPY model/int8.py ./
+COPY artifacts ./artifacts
+RUN /opt/quantize/bin/python int8.py artifacts
+
 # ---------------------------------------------------------------- runtime: the venv, the artifacts, nothing else
 FROM ${PYTHON_IMAGE} AS runtime
 ARG ORT_VARIANT=cpu
@@ -52,7 +66,7 @@ RUN find /opt/venv -path '*/site-packages/nvidia/*/lib' -type d > /etc/ld.so.con
  && ldconfig
 WORKDIR /app
 COPY deploy/healthcheck.py /app/healthcheck.py
-COPY artifacts /app/artifacts
+COPY --from=int8 /src/artifacts /app/artifacts
 
 # Settings come from SERVE_* environment variables (see README); these are the image's own defaults.
 ENV PATH=/opt/venv/bin:$PATH \

@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 import torch
-from onnx import helper, numpy_helper
 from torch import Tensor, nn
 from torch.export import Dim
 
 from model.classifier import Classifier
 from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.generator import Generator
+from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.translator import Translator
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 OPSET = 20
 FORMAT_VERSION = 1
-FP16_MIN_ELEMENTS = 1024  # small tensors (biases, LayerNorm) stay fp32: no gain, some risk
 
 
 # --- graph wrappers: flat tensors in, flat tensors out, in the contract's order -------------------
@@ -228,59 +226,6 @@ def round_weights_to_fp16(model: nn.Module) -> None:
         for p in [*model.parameters(), *model.buffers()]:
             if p.dtype == torch.float32 and p.numel() >= FP16_MIN_ELEMENTS:
                 p.copy_(p.half().float())
-
-
-def store_initializers_fp16(path: Path) -> None:
-    """Rewrite large fp32 initializers as fp16 + Cast(to=float): half the bytes, same values."""
-    m = onnx.load(str(path))
-    graph, casts, kept = m.graph, [], []
-    for init in graph.initializer:
-        if init.data_type == onnx.TensorProto.FLOAT and int(np.prod(init.dims)) >= FP16_MIN_ELEMENTS:
-            half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name + "__fp16")
-            kept.append(half)
-            casts.append(helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT))
-        else:
-            kept.append(init)
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    nodes = casts + list(graph.node)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    onnx.checker.check_model(m)
-    onnx.save(m, str(path))
-
-
-def fold_constant_transposes(m: onnx.ModelProto) -> onnx.ModelProto:
-    """Replace Transpose(initializer) with a pre-transposed initializer.
-
-    The tied LM head reads the embedding through a Transpose; the quantizer only
-    quantizes MatMuls whose weight is a constant, so it would skip the largest one.
-    """
-    graph = m.graph
-    inits = {i.name: i for i in graph.initializer}
-    keep = []
-    for node in graph.node:
-        if node.op_type == "Transpose" and node.input[0] in inits:
-            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
-            array = numpy_helper.to_array(inits[node.input[0]])
-            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(array.transpose(perm)), node.output[0]))
-        else:
-            keep.append(node)
-    del graph.node[:]
-    graph.node.extend(keep)
-    return m
-
-
-def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8 quantization of the MatMul weights (activations quantized on the fly, CPU)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    folded = dst.with_suffix(".folded.onnx")
-    onnx.save(fold_constant_transposes(onnx.load(str(src))), str(folded))
-    try:
-        quantize_dynamic(str(folded), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
-    finally:
-        folded.unlink()
 
 
 def describe_io(path: Path) -> dict[str, list[dict[str, Any]]]:

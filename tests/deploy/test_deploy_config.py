@@ -105,7 +105,8 @@ def test_dockerfile_runtime_stage() -> None:
     user = re.search(r"^USER (\S+)", runtime, re.MULTILINE)
     assert user and user.group(1).split(":")[0] not in {"root", "0"}
     assert re.search(r"^HEALTHCHECK .*\n?.*/health", runtime, re.MULTILINE)
-    assert "COPY artifacts" in runtime and "EXPOSE 8000" in runtime
+    assert re.search(r"^COPY (--from=int8 /src/)?artifacts /app/artifacts$", runtime, re.MULTILINE)
+    assert "EXPOSE 8000" in runtime
     assert re.search(r'^CMD \["python", "-m", "service"\]', runtime, re.MULTILINE)
 
 
