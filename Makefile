@@ -48,6 +48,7 @@ artifacts: $(VENV)/.installed-dev
 	$(PY) -m scripts.export generator --run runs/generator/cooldown --if-better
 	$(PY) -m scripts.train classifier --minutes $(CLASSIFIER_MINUTES) --threads 1
 	$(PY) -m scripts.export classifier
+	$(PY) -m scripts.finetune_pretrained --threads 2   # classifier-minilm: the imported MiniLM, fine-tuned
 	$(PY) -m scripts.bench_export --threads 1
 
 e2e: $(VENV)/.installed-dev
