@@ -70,7 +70,7 @@ def carried_state(card: dict[str, Any]) -> TrainState:
     }]
     return TrainState(step=training["steps"], elapsed_s=training["minutes"] * 60,
                       items_seen=training.get("tokens_seen", training.get("target_tokens_seen", 0)),
-                      best_val_loss=card["metrics"].get("best_val_loss", math.inf),
+                      best_val_loss=card["metrics"].get("val_loss", card["metrics"].get("best_val_loss", math.inf)),
                       history=list(training.get("history", [])), segments=list(segments))
 
 
@@ -178,8 +178,8 @@ def train_translator(args: RecipeArgs) -> None:
                         "validation cross-entropy (no label smoothing) of the exported weights.",
     }
     metrics = export_and_measure_translation(run_dir, card, args)
-    card["metrics"] |= {f"{name}_{decoding}": {k: v for k, v in m.items()}
-                        for name, by_decoding in metrics.items() for decoding, m in by_decoding.items()}
+    card["metrics"] |= {f"{name}_{decoding}": m for name, by_decoding in metrics.items()
+                        for decoding, m in by_decoding.items()}
     finish_card(run_dir, card)
 
 
