@@ -3,8 +3,9 @@
 A fresh machine has no runs/ folder, only what is in git. ``weights_from_artifact`` recovers the
 PyTorch weights from the committed ONNX graphs, so training can continue from them. The exporter
 renames most weight matrices (a transposed constant becomes ``val_123``), so the mapping is found by
-exporting a randomly initialized copy of the same architecture with the same exporter: its
-initializers have the same names, and each one equals exactly one parameter (or its transpose).
+exporting a randomly initialized copy of the same architecture with the same exporter: walking both
+graphs node by node pairs up their initializers, and each initializer of the random copy equals
+exactly one parameter (or its transpose).
 """
 
 from __future__ import annotations
