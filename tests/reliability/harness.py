@@ -71,9 +71,9 @@ class Target:
 class LocalServer:
     """`python -m service` in a child process, on a free loopback port."""
 
-    def __init__(self, artifacts: Path = ARTIFACTS, **overrides: str) -> None:
+    def __init__(self, artifacts: Path = ARTIFACTS, base: dict[str, str] = SUITE_SETTINGS, **overrides: str) -> None:
         self.port = free_port()
-        self.settings = {**SUITE_SETTINGS, **overrides}
+        self.settings = {**base, **overrides}
         env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
         env |= {"SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(self.port), "SERVE_ARTIFACTS_DIR": str(artifacts)}
         env |= self.settings
