@@ -20,9 +20,9 @@ from service.engine.generation import (
     GenerationParams,
     GenerationResult,
     GenerationSequence,
-    GenerationService,
     TokenEvent,
 )
+from service.engine.generation_service import GenerationService
 from service.engine.sampling import SamplingParams
 from service.engine.scoring import TokenScore
 from service.engine.scheduler import collect

@@ -14,9 +14,9 @@ from service.engine.generation import (
     GenerationParams,
     GenerationResult,
     GenerationSequence,
-    GenerationService,
     TokenEvent,
 )
+from service.engine.generation_service import GenerationService
 from service.engine.sampling import SamplingParams
 
 router = APIRouter(tags=["generation"])

@@ -29,9 +29,10 @@ from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
 from service.engine.classification import ClassificationService
 from service.engine.engine import Engine
-from service.engine.generation import GenerationParams, GenerationResult, GenerationService, TokenEvent
+from service.engine.generation import GenerationParams, GenerationResult, TokenEvent
+from service.engine.generation_service import GenerationService
 from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationService
+from service.engine.translation_service import TranslationService
 
 router = APIRouter(tags=["hugging face"])
 

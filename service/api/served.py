@@ -6,8 +6,8 @@ from __future__ import annotations
 from service.api.errors import ApiError
 from service.engine.classification import ClassificationService
 from service.engine.engine import Engine
-from service.engine.generation import GenerationService
-from service.engine.translation import TranslationService
+from service.engine.generation_service import GenerationService
+from service.engine.translation_service import TranslationService
 
 Service = TranslationService | GenerationService | ClassificationService
 

@@ -13,10 +13,10 @@ from typing import TypeVar
 
 from service.engine.classification import ClassificationService
 from service.engine.errors import ModelNotLoaded, Unavailable
-from service.engine.generation import GenerationService
+from service.engine.generation_service import GenerationService
 from service.engine.metrics import Metrics
 from service.engine.scheduler import collect
-from service.engine.translation import TranslationService
+from service.engine.translation_service import TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions

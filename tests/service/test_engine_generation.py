@@ -4,7 +4,8 @@ import asyncio
 
 import numpy as np
 
-from service.engine.generation import GenerationParams, GenerationResult, GenerationService
+from service.engine.generation import GenerationParams, GenerationResult
+from service.engine.generation_service import GenerationService
 from service.engine.sampling import SamplingParams
 
 PROMPTS = ["Hello", "The movie was wonderful, a delight from start", "Au commencement", "x", "Café 東京 🙂"]

@@ -9,9 +9,9 @@ from service.engine.translation import (
     TranslationParams,
     TranslationPiece,
     TranslationResult,
-    TranslationService,
     banned_ngram_tokens,
 )
+from service.engine.translation_service import TranslationService
 
 TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
 

@@ -1,0 +1,136 @@
+"""The translation service: what the engine hands a translation request to. It validates and tokenizes,
+builds one sequence per source text, and queues them on the model's scheduler."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import replace
+
+from service.engine.attention import check_budget, check_length
+from service.engine.errors import InvalidInput
+from service.engine.metrics import Metrics
+from service.engine.scheduler import Scheduler, collect
+from service.engine.translation import (
+    TranslationModel,
+    TranslationParams,
+    TranslationPiece,
+    TranslationResult,
+    TranslationSequence,
+)
+from service.runtime.artifact import Artifact
+from service.runtime.sessions import GraphSession
+from service.settings import Settings
+
+MAX_BEAMS = 16
+WARMUP_TEXTS = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
+
+
+class TranslationService:
+    """What the API calls: validate and tokenize, queue one sequence per source, wait for all."""
+
+    def __init__(
+        self,
+        artifact: Artifact,
+        encoder: GraphSession,
+        decoder: GraphSession,
+        settings: Settings,
+        executor: Executor,
+        metrics: Metrics,
+    ) -> None:
+        self.artifact = artifact
+        self.name = artifact.name
+        self.settings = settings
+        self.tokenizer = artifact.load_tokenizer()
+        self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
+
+    @property
+    def max_source_tokens(self) -> int:
+        return min(self.settings.max_input_tokens, self.artifact.max_positions)
+
+    @property
+    def max_target_tokens(self) -> int:
+        return min(self.settings.max_new_tokens, self.artifact.max_positions - 1)  # bos takes position 0
+
+    def check(self, params: TranslationParams, items: int) -> None:
+        if params.num_beams > min(MAX_BEAMS, self.settings.max_batch_size):
+            limit = min(MAX_BEAMS, self.settings.max_batch_size)
+            raise InvalidInput(f"must be <= {limit} (beams are batch rows; SERVE_MAX_BATCH_SIZE)", "num_beams")
+        if params.n_best > params.num_beams:
+            raise InvalidInput(f"must be <= num_beams ({params.num_beams})", "n_best")
+        if params.sampling is not None and params.num_beams > 1:
+            raise InvalidInput("sampling works with num_beams=1 only", "do_sample")
+        if params.stream and params.num_beams > 1:
+            raise InvalidInput("streaming works with num_beams=1 only (beam search revises earlier tokens)", "stream")
+        if params.stream and items > 1:
+            raise InvalidInput("streaming takes one text per request", "text")
+        if params.max_new_tokens is not None and params.max_new_tokens > self.max_target_tokens:
+            raise InvalidInput(f"must be <= {self.max_target_tokens}", "max_new_tokens")
+        if params.return_attention and not self.model.decoder_attention:
+            raise InvalidInput("this model's graphs do not export attention weights", "return_attention")
+        if items > self.settings.max_queue_size:
+            raise InvalidInput(f"at most {self.settings.max_queue_size} texts per request", "text")
+
+    def tokenize(self, texts: list[str], fields: list[str]) -> list[list[int]]:
+        encoded = self.tokenizer.encode_batch(texts)
+        ids = [e.ids for e in encoded]
+        for field_name, text, src in zip(fields, texts, ids, strict=True):
+            if not text.strip() or not src:
+                raise InvalidInput("the text is empty", field_name)
+            if len(src) > self.max_source_tokens:
+                raise InvalidInput(f"the text has {len(src)} tokens; the limit is {self.max_source_tokens}", field_name)
+        return ids
+
+    async def warmup(self) -> None:
+        """Greedy and beam search over a short and a longer source, truncated to the limits."""
+        sources = [ids[: self.max_source_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_TEXTS)]
+        for beams in sorted({1, min(2, self.settings.max_batch_size)}):
+            params = TranslationParams(num_beams=beams)
+            sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
+            self.scheduler.submit(list(sequences))
+            await collect([self._result(seq, None) for seq in sequences])
+
+    def _submit(self, texts: list[str], fields: list[str], params: TranslationParams) -> list[TranslationSequence]:
+        self.check(params, len(texts))
+        sources = self.tokenize(texts, fields)
+        sequences = [
+            TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
+            for src in sources
+        ]
+        if params.return_attention:
+            for seq in sequences:
+                check_length(len(seq.src_ids) + seq.max_new_tokens)
+            n_enc, n_dec, heads = len(self.model.encoder_attention), self.model.n_layers, self.artifact.n_heads
+            values = sum(  # encoder self, decoder self and cross attention of each text's best hypothesis
+                heads * (n_enc * len(s.src_ids) ** 2 + n_dec * (s.max_new_tokens**2 + s.max_new_tokens * len(s.src_ids)))
+                for s in sequences
+            )
+            check_budget(values, self.settings.max_attention_values)
+        self.scheduler.submit(list(sequences))
+        return sequences
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.settings.request_timeout_s
+
+    async def translate(
+        self, texts: list[str], fields: list[str], params: TranslationParams
+    ) -> list[TranslationResult]:
+        sequences = self._submit(texts, fields, params)
+        deadline = self._deadline()
+        return await collect([self._result(seq, deadline) for seq in sequences])
+
+    def stream(
+        self, texts: list[str], fields: list[str], params: TranslationParams
+    ) -> AsyncIterator[TranslationPiece | TranslationResult]:
+        """One text, greedy or sampled: a TranslationPiece per target token, then the TranslationResult."""
+        (seq,) = self._submit(texts, fields, replace(params, stream=True))
+        return seq.stream(self._deadline())
+
+    async def _result(self, seq: TranslationSequence, deadline: float | None) -> TranslationResult:
+        result = None
+        async for event in seq.stream(deadline):
+            result = event
+        assert isinstance(result, TranslationResult)
+        return result
