@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from model.data import file_entry, read_jsonl
-from model.data.classification import bbc_documents, build_classification, split_sentences
+from model.data.classification import bbc_documents, build_classification, dialog_documents, split_sentences
 from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, update_manifest
 from model.data.generation import build_generation, read_documents
 from model.data.translation import build_translation
@@ -88,7 +88,7 @@ def main() -> None:
 
     speeches = [[s for p in d.split("\n") for s in split_sentences(p)]
                 for d in read_documents(data_dir / "generation" / "train.txt")]
-    extra_documents = speeches + bbc_documents(raw / "bbc")
+    extra_documents = dialog_documents(raw / "dialog" / "moviedialog.csv") + speeches + bbc_documents(raw / "bbc")
     counts = build_classification(raw / "hutto", data_dir / "classification", extra_documents)
     record_splits(manifest, data_dir, "classification", counts)
     train_tokenizer("classifier", data_dir, args.classifier_vocab, manifest)

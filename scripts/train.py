@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--tiny", action="store_true", help="tiny model, a few steps (smoke test)")
     parser.add_argument("--no-resume", action="store_true")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for the classifier's fine-tuning runs")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test items")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -48,7 +49,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     recipe = getattr(recipes, RECIPES[args.model])
     recipe(recipes.RecipeArgs(args.data, args.runs / args.model, args.minutes, args.tiny, not args.no_resume,
-                              args.eval_limit, args.cooldown, args.artifacts, args.device))
+                              args.eval_limit, args.cooldown, args.artifacts, args.device, args.jobs))
 
 
 if __name__ == "__main__":

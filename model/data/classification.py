@@ -6,12 +6,13 @@ duplicate texts kept once; random 80/10/10 split with a fixed seed.
 Pretraining corpus (``pretrain.txt``): one sentence per line, a blank line
 between documents. It holds the other Hutto sets (Amazon reviews, NYT
 editorials, whose ``doc_sentence`` ids are regrouped into documents, and
-tweets), the TRAIN movie snippets, the SOTU train speeches and BBC news;
-no sentence of the valid/test movie snippets ever enters it.
+tweets), the TRAIN movie snippets, Cornell movie-dialog exchanges, the SOTU
+train speeches and BBC news; no sentence of the valid/test movie snippets ever enters it.
 """
 
 from __future__ import annotations
 
+import csv
 import random
 import re
 from collections.abc import Iterable
@@ -85,6 +86,20 @@ def bbc_documents(bbc_dir: Path) -> list[list[str]]:
     """One document per BBC article (title line included), in sorted path order."""
     paths = sorted(bbc_dir.glob("*/*.txt"))
     return [split_sentences(p.read_text(encoding="utf-8", errors="replace")) for p in paths]
+
+
+def dialog_documents(path: Path, rows_per_document: int = 5) -> list[list[str]]:
+    """Cornell movie-dialog ``moviedialog.csv`` (index, statement, reply): each run of
+    ``rows_per_document`` rows becomes one document, statement then reply, so that "the next text"
+    is usually the reply to what came before it."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        rows = [(normalize_text(r["statement"]), normalize_text(r["reply"])) for r in csv.DictReader(f)]
+    documents = []
+    for start in range(0, len(rows), rows_per_document):
+        document = [text for pair in rows[start : start + rows_per_document] for text in pair if text]
+        if document:
+            documents.append(document)
+    return documents
 
 
 def write_pretrain(path: Path, documents: Iterable[list[str]], held_out: set[str]) -> dict[str, int]:

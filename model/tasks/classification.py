@@ -19,10 +19,20 @@ MASK_RATE, MASK_TOKEN_SHARE, RANDOM_TOKEN_SHARE = 0.15, 0.8, 0.1  # the rest sta
 
 
 def mask_tokens(ids: Tensor, maskable: Tensor, mask_id: int, vocab_size: int, n_special: int,
-                generator: torch.Generator) -> tuple[Tensor, Tensor]:
+                generator: torch.Generator, word_starts: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """BERT masking: choose 15% of the maskable positions; of those 80% -> [MASK], 10% -> a random
-    token, 10% unchanged. Returns (inputs, labels) with labels -100 where nothing is predicted."""
-    chosen = (torch.rand(ids.shape, generator=generator) < MASK_RATE) & maskable
+    token, 10% unchanged. Returns (inputs, labels) with labels -100 where nothing is predicted.
+
+    With ``word_starts`` ([B, S] bool, True where a token begins a word) whole words are chosen: a
+    word's continuation pieces ("##ing") are predicted together with its first piece, so the model
+    cannot fill a masked piece from the rest of its own word (Devlin et al.'s whole-word masking)."""
+    draw = torch.rand(ids.shape, generator=generator) < MASK_RATE
+    if word_starts is None:
+        chosen = draw & maskable
+    else:
+        positions = torch.arange(ids.shape[1]).expand_as(ids)
+        word_start_of = torch.where(word_starts, positions, 0).cummax(dim=1).values  # each token's first piece
+        chosen = (draw & word_starts).gather(1, word_start_of) & maskable
     labels = torch.where(chosen, ids, torch.full_like(ids, -100))
     roll = torch.rand(ids.shape, generator=generator)
     to_mask = chosen & (roll < MASK_TOKEN_SHARE)
@@ -49,41 +59,60 @@ def pad_pairs(encodings: list, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     return ids, types, mask
 
 
-class PretrainTask:
-    """Sentence pairs (A, B): 50% B is the real next text of the document (NSP label 0), 50% random (1)."""
+def segment_pair(docs: list[list[str]], rng: random.Random, sentences: int = 2) -> tuple[str, str, int]:
+    """One NSP example (A, B, label): label 0 when B is the text that follows A in its document, 1 when
+    B comes from a random document. A document of several sentences is cut between sentences (up to
+    ``sentences`` on each side); a one-sentence document (most review snippets and tweets) is cut
+    between words, and its random B is then a word-cut tail too, so the two labels look alike."""
+    doc = rng.choice(docs)
+    if len(doc) >= 2:
+        cut = rng.randint(1, len(doc) - 1)
+        a, following = " ".join(doc[max(0, cut - sentences) : cut]), " ".join(doc[cut : cut + sentences])
+        if rng.random() < 0.5:
+            return a, following, 0
+        other = rng.choice(docs)
+        start = rng.randrange(len(other))
+        return a, " ".join(other[start : start + sentences]), 1
+    words = doc[0].split()
+    cut = rng.randint(1, len(words) - 1)
+    if rng.random() < 0.5:
+        return " ".join(words[:cut]), " ".join(words[cut:]), 0
+    other_words = rng.choice(rng.choice(docs)).split()
+    tail = rng.randint(0, max(0, len(other_words) - 2))
+    return " ".join(words[:cut]), " ".join(other_words[tail:]), 1
 
-    def __init__(self, pretrain_path: Path, tokenizer: Tokenizer, special: dict[str, int], max_len: int = 128,
-                 batch_size: int = 32, seed: int = 0, n_valid_docs: int = 200) -> None:
+
+class PretrainTask:
+    """MLM (whole-word masking) + NSP over sentence pairs of at most ``max_len`` tokens: short pairs,
+    so that a CPU minute holds many updates (the fine-tuning texts are single snippets anyway)."""
+
+    def __init__(self, pretrain_path: Path, tokenizer: Tokenizer, special: dict[str, int], max_len: int = 64,
+                 batch_size: int = 32, seed: int = 0, n_valid_docs: int = 400, whole_words: bool = True) -> None:
         self.tokenizer, self.special, self.batch_size = tokenizer, special, batch_size
         self.vocab_size = tokenizer.get_vocab_size()
         self.rng = random.Random(seed)
         self.torch_rng = torch.Generator().manual_seed(seed)
-        docs = [d for d in read_documents(pretrain_path) if len(d) >= 2]
+        docs = [d for d in read_documents(pretrain_path) if len(d) >= 2 or len(d[0].split()) >= 2]
         random.Random(seed).shuffle(docs)
         self.valid_docs, self.train_docs = docs[:n_valid_docs], docs[n_valid_docs:]
+        vocab = tokenizer.get_vocab()
+        continuation = torch.zeros(self.vocab_size, dtype=torch.bool)
+        continuation[[i for token, i in vocab.items() if token.startswith("##")]] = True
+        self.continuation = continuation if whole_words else None
         tokenizer.enable_truncation(max_len, strategy="longest_first")
         self.valid_batches = [self.make_batch(self.valid_docs, random.Random(i), torch.Generator().manual_seed(i))
                               for i in range(8)]
 
     def make_batch(self, docs: list[list[str]], rng: random.Random, torch_rng: torch.Generator) -> tuple[Tensor, ...]:
-        pairs, nsp = [], []
-        for _ in range(self.batch_size):
-            doc = rng.choice(docs)
-            cut = rng.randint(1, len(doc) - 1)
-            a = " ".join(doc[max(0, cut - 3) : cut])
-            if rng.random() < 0.5:
-                b, label = " ".join(doc[cut : cut + 3]), 0
-            else:
-                other = rng.choice(docs)
-                start = rng.randrange(len(other))
-                b, label = " ".join(other[start : start + 3]), 1
-            pairs.append((a, b))
-            nsp.append(label)
-        ids, types, mask = pad_pairs(self.tokenizer.encode_batch(pairs), self.special["pad"])
+        examples = [segment_pair(docs, rng) for _ in range(self.batch_size)]
+        ids, types, mask = pad_pairs(self.tokenizer.encode_batch([(a, b) for a, b, _ in examples]),
+                                     self.special["pad"])
         maskable = (mask == 1) & (ids != self.special["cls"]) & (ids != self.special["sep"])
+        word_starts = None if self.continuation is None else ~self.continuation[ids]
         n_special = max(self.special.values()) + 1
-        inputs, labels = mask_tokens(ids, maskable, self.special["mask"], self.vocab_size, n_special, torch_rng)
-        return inputs, types, mask, labels, torch.tensor(nsp)
+        inputs, labels = mask_tokens(ids, maskable, self.special["mask"], self.vocab_size, n_special, torch_rng,
+                                     word_starts)
+        return inputs, types, mask, labels, torch.tensor([label for _, _, label in examples])
 
     def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
         while True:

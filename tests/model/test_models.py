@@ -212,6 +212,42 @@ def test_mlm_masking_proportions() -> None:
     assert torch.equal(labels[chosen], tokens[chosen])
 
 
+def test_whole_word_masking_chooses_every_piece_of_a_word_together() -> None:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(5, 1000, (64, 120))
+    word_starts = torch.rand(tokens.shape, generator=generator) < 0.5  # words of 1-several pieces
+    word_starts[:, 0] = True
+    maskable = torch.ones_like(tokens, dtype=torch.bool)
+    _, labels = mask_tokens(tokens, maskable, mask_id=4, vocab_size=1000, n_special=5,
+                            generator=generator, word_starts=word_starts)
+    chosen = labels != -100
+    word_of = word_starts.long().cumsum(dim=1)  # a word id per token, within its row
+    for row in range(tokens.shape[0]):
+        for word in word_of[row].unique():
+            pieces = chosen[row][word_of[row] == word]
+            assert pieces.all() or not pieces.any()  # a word is predicted whole or not at all
+    words = word_starts.sum().item()
+    chosen_words = (chosen & word_starts).sum().item()
+    assert abs(chosen_words / words - 0.15) < 0.02
+
+
+def test_nsp_pairs_cut_one_sentence_documents_between_words() -> None:
+    import random
+
+    from model.tasks.classification import segment_pair
+
+    docs = [["a truly great film about friendship"], ["First sentence here.", "Second one follows.", "Third."]]
+    rng = random.Random(0)
+    labels = []
+    for _ in range(400):
+        a, b, label = segment_pair(docs, rng)
+        assert a and b
+        labels.append(label)
+        if label == 0:  # the real continuation: A then B is a contiguous stretch of one document
+            assert any(f"{a} {b}" in " ".join(doc) for doc in docs)
+    assert 0.4 < sum(labels) / len(labels) < 0.6
+
+
 # --- learning ---------------------------------------------------------------------------------------
 
 
