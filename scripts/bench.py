@@ -89,6 +89,7 @@ class Connection:
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.event_times: list[float] | None = None  # a list: each token event's arrival time is appended
 
     async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, int, float | None]:
         """Returns (status, body, SSE token events, seconds to the first token event)."""
@@ -114,6 +115,8 @@ class Connection:
             count = chunk.count(b"event: token")
             if count and first is None:
                 first = time.perf_counter() - started
+            if count and self.event_times is not None:
+                self.event_times += [time.perf_counter()] * count
             events += count
         await self.reader.readexactly(2)
         return status, data, events, first

@@ -1,0 +1,303 @@
+"""The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
+
+    python -m scripts.anchor_engines ct2|hf --artifacts DIR --work DIR [--threads 2] [shape options]
+
+builds nothing: it loads the models that `build_hf_and_ct2` saved in --work and answers one JSON line
+per JSON request line on stdin ({"row", "concurrency", "requests"} -> {"value", "lengths"}). Each engine
+has a process of its own: CTranslate2 and torch each bring a libgomp, and two OpenMP runtimes in one
+process slowed HF's decoding 4x here; bench_anchor's HTTP client process uses neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PROMPT_SEED = 0
+SOURCE = "The committee approved the new budget after a long debate about the roads."  # 20 translator tokens
+TEXT = "The movie was a delight from start to finish."  # a short sentence to classify
+KINDS = ("generator", "translator", "classifier")
+Run = Callable[[int], tuple[int, list[int]]]  # a batch of n requests -> (units, output tokens of each)
+
+
+# --- models ----------------------------------------------------------------------------------------------
+
+
+def dims(folder: Path) -> dict[str, Any]:
+    config = json.loads((folder / "config.json").read_text())
+    return {**config["dims"], "vocab_size": config["vocab_size"], "max_positions": config["max_positions"],
+            "special_tokens": config["special_tokens"], "labels": len(config.get("labels", [0, 0]))}
+
+
+def export_random(artifacts: Path, out: Path) -> None:
+    """Our models with the dims of `artifacts` and random weights (their tokenizers), float32 and int8 graphs."""
+    import torch
+
+    from model.checkpoint import artifact_config
+    from model.export import MODEL_CLASSES, export_model
+
+    for kind in KINDS:
+        if (out / kind / "config.json").is_file():
+            continue
+        torch.manual_seed(0)
+        model = MODEL_CLASSES[kind](artifact_config(artifacts / kind))  # type: ignore[call-arg]
+        export_model(kind, model, artifacts / kind / "tokenizer.json", out / kind)
+
+
+def hf_model(kind: str, d: dict[str, Any]) -> Any:
+    import transformers
+
+    special = d["special_tokens"]
+    if kind == "generator":
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=d["vocab_size"], n_positions=d["max_positions"], n_embd=d["d_model"], n_layer=d["n_layers"],
+            n_head=d["n_heads"], n_inner=d["d_ff"], activation_function="gelu",
+            bos_token_id=special["bos"], eos_token_id=special["eos"], pad_token_id=special["pad"]))
+    if kind == "translator":
+        # Marian's pad token is its last one, which the converter drops again: one row more than ours.
+        return transformers.MarianMTModel(transformers.MarianConfig(
+            vocab_size=d["vocab_size"] + 1, d_model=d["d_model"], encoder_layers=d["n_encoder_layers"],
+            decoder_layers=d["n_decoder_layers"], encoder_attention_heads=d["n_heads"],
+            decoder_attention_heads=d["n_heads"], encoder_ffn_dim=d["d_ff"], decoder_ffn_dim=d["d_ff"],
+            max_position_embeddings=d["max_positions"], activation_function="relu", pad_token_id=d["vocab_size"],
+            eos_token_id=special["eos"], bos_token_id=special["bos"], decoder_start_token_id=special["bos"],
+            forced_eos_token_id=None))
+    return transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=d["vocab_size"], hidden_size=d["d_model"], num_hidden_layers=d["n_layers"],
+        num_attention_heads=d["n_heads"], intermediate_size=d["d_ff"], max_position_embeddings=d["max_positions"],
+        type_vocab_size=2, num_labels=d["labels"], pad_token_id=special["pad"],
+        position_embedding_type="absolute"))  # transformers 5 dropped the field; CTranslate2 4.8 reads it
+
+
+def build_hf_and_ct2(artifacts: Path, work: Path) -> None:
+    """work/<kind>/hf: a saved random transformers model (+ a tokenizer made from ours); work/<kind>/ct2: converted."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    Converter = converter_class()
+    transformers.logging.set_verbosity_error()
+    for kind in KINDS:
+        hf_dir, ct2_dir = work / kind / "hf", work / kind / "ct2"
+        if (ct2_dir / "model.bin").is_file():
+            continue
+        d = dims(artifacts / kind)
+        raw = Tokenizer.from_file(str(artifacts / kind / "tokenizer.json"))
+        names = {f"{k}_token": raw.id_to_token(v) for k, v in d["special_tokens"].items()
+                 if k in ("pad", "eos", "bos", "unk", "cls", "sep", "mask")}
+        names.setdefault("unk_token", names.get("eos_token", names["pad_token"]))  # CTranslate2 wants one
+        tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(artifacts / kind / "tokenizer.json"),
+                                                         **names)
+        torch.manual_seed(0)
+        model = hf_model(kind, d)
+        model.save_pretrained(hf_dir)
+        tokenizer.save_pretrained(hf_dir)
+        if kind == "classifier":  # CTranslate2 converts BertModel; keep the head to apply it in numpy
+            head = model.classifier
+            np.savez(hf_dir / "head.npz", weight=head.weight.detach().numpy(), bias=head.bias.detach().numpy())
+        Converter(str(hf_dir), kind == "translator").convert(str(ct2_dir), force=True)
+
+
+def converter_class() -> type:
+    import ctranslate2
+
+    class Converter(ctranslate2.converters.TransformersConverter):  # type: ignore[misc]
+        """For Marian, the vocabulary gets the `<pad>` the converter expects last (ours, at 0, is renamed)."""
+
+        def __init__(self, path: str, marian: bool) -> None:
+            super().__init__(path)
+            self.marian = marian
+
+        def load_tokenizer(self, tokenizer_class: Any, path: str, **kwargs: Any) -> Any:
+            tokenizer = super().load_tokenizer(tokenizer_class, path, **kwargs)
+            if not self.marian:
+                return tokenizer
+            tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+            tokens = [("<ours:pad>" if t == "<pad>" else t) for t in tokens] + ["<pad>"]
+            return _Vocabulary(tokenizer, {t: i for i, t in enumerate(tokens)})
+
+    return Converter
+
+
+class _Vocabulary:
+    def __init__(self, tokenizer: Any, vocab: dict[str, int]) -> None:
+        self._tokenizer, self._vocab = tokenizer, vocab
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._vocab
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tokenizer, name)
+
+
+# --- engines: one function per row, each running n requests as one batch ----------------------------------
+
+
+class Shapes:
+    def __init__(self, args: argparse.Namespace, artifacts: Path) -> None:
+        from tokenizers import Tokenizer
+
+        gen = dims(artifacts / "generator")
+        self.new_tokens, self.target_tokens = args.new_tokens, args.target_tokens
+        self.prompt = [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(10, gen["vocab_size"],
+                                                                                     args.prompt_tokens)]
+        self.source = Tokenizer.from_file(str(artifacts / "translator" / "tokenizer.json")).encode(SOURCE).ids
+        self.text = Tokenizer.from_file(str(artifacts / "classifier" / "tokenizer.json")).encode(TEXT).ids
+
+
+class CT2:
+    """CTranslate2 on the converted models; token strings come from each model's vocabulary.json."""
+
+    def __init__(self, work: Path, shapes: Shapes, threads: int) -> None:
+        import ctranslate2
+
+        def vocab(kind: str) -> list[str]:
+            path = work / kind / "ct2"
+            name = "vocabulary.json" if (path / "vocabulary.json").is_file() else "shared_vocabulary.json"
+            return json.loads((path / name).read_text())
+
+        self.s = shapes
+        gen, src = vocab("generator"), vocab("translator")
+        self.prompt = [gen[i] for i in shapes.prompt]
+        self.source = [src[i] for i in shapes.source]
+        opts = {"device": "cpu", "intra_threads": threads, "inter_threads": 1}
+        self.generator = {ct: ctranslate2.Generator(str(work / "generator" / "ct2"), compute_type=ct, **opts)
+                          for ct in ("float32", "int8")}
+        self.translator = ctranslate2.Translator(str(work / "translator" / "ct2"), compute_type="float32", **opts)
+        self.encoder = ctranslate2.Encoder(str(work / "classifier" / "ct2"), compute_type="float32", **opts)
+        head = np.load(work / "classifier" / "hf" / "head.npz")
+        self.head_w, self.head_b = head["weight"].T.copy(), head["bias"]
+
+    def generate(self, compute_type: str) -> Run:
+        def run(n: int) -> tuple[int, list[int]]:
+            out = self.generator[compute_type].generate_batch(
+                [self.prompt] * n, max_length=self.s.new_tokens, min_length=self.s.new_tokens,
+                include_prompt_in_result=False, beam_size=1)
+            lengths = [len(r.sequences_ids[0]) for r in out]
+            return sum(lengths), lengths
+        return run
+
+    def translate(self, beams: int) -> Run:
+        def run(n: int) -> tuple[int, list[int]]:
+            out = self.translator.translate_batch(
+                [self.source] * n, beam_size=beams, max_decoding_length=self.s.target_tokens,
+                min_decoding_length=self.s.target_tokens, no_repeat_ngram_size=0, length_penalty=1.0)
+            lengths = [len(r.hypotheses[0]) for r in out]
+            return sum(lengths), lengths
+        return run
+
+    def classify(self, n: int) -> tuple[int, list[int]]:
+        ids = [self.s.text] * n
+        out = self.encoder.forward_batch(ids, token_type_ids=[[0] * len(self.s.text)] * n)
+        logits = np.asarray(out.pooler_output) @ self.head_w + self.head_b
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return n, [0] * n
+
+
+class HF:
+    """Eager PyTorch through transformers' generate (greedy or beam search) and a plain forward."""
+
+    def __init__(self, work: Path, shapes: Shapes, threads: int) -> None:
+        import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        torch.set_num_threads(threads)
+        self.torch, self.s = torch, shapes
+        self.generator = transformers.GPT2LMHeadModel.from_pretrained(work / "generator" / "hf").eval()
+        self.translator = transformers.MarianMTModel.from_pretrained(work / "translator" / "hf").eval()
+        self.classifier = transformers.BertForSequenceClassification.from_pretrained(
+            work / "classifier" / "hf").eval()
+
+    def generate(self, n: int) -> tuple[int, list[int]]:
+        ids = self.torch.tensor([self.s.prompt] * n)
+        with self.torch.inference_mode():
+            out = self.generator.generate(ids, attention_mask=self.torch.ones_like(ids), do_sample=False,
+                                          max_new_tokens=self.s.new_tokens, min_new_tokens=self.s.new_tokens)
+        lengths = [out.shape[1] - ids.shape[1]] * n
+        return sum(lengths), lengths
+
+    def translate(self, beams: int) -> Run:
+        def run(n: int) -> tuple[int, list[int]]:
+            ids = self.torch.tensor([self.s.source] * n)
+            with self.torch.inference_mode():
+                out = self.translator.generate(
+                    ids, attention_mask=self.torch.ones_like(ids), num_beams=beams, do_sample=False,
+                    max_new_tokens=self.s.target_tokens, min_new_tokens=self.s.target_tokens,
+                    no_repeat_ngram_size=0, length_penalty=1.0, early_stopping=False)
+            lengths = [out.shape[1] - 1] * n  # after the decoder start token
+            return sum(lengths), lengths
+        return run
+
+    def classify(self, n: int) -> tuple[int, list[int]]:
+        ids = self.torch.tensor([self.s.text] * n)
+        with self.torch.inference_mode():
+            self.classifier(input_ids=ids, attention_mask=self.torch.ones_like(ids),
+                            token_type_ids=self.torch.zeros_like(ids)).logits.softmax(-1)
+        return n, [0] * n
+
+
+def batched(run: Run, concurrency: int, requests: int) -> tuple[float, list[int]]:
+    """Units per second over ceil(requests / concurrency) batches, after one untimed batch."""
+    run(concurrency)
+    units, lengths, started = 0, [], time.perf_counter()
+    for _ in range(-(-requests // concurrency)):
+        u, lens = run(concurrency)
+        units, lengths = units + u, lengths + lens
+    return units / (time.perf_counter() - started), lengths
+
+
+def runs(engine: CT2 | HF) -> dict[str, Run]:
+    """The batch function of each row an engine takes part in."""
+    out: dict[str, Run] = {"translator_beam4_c16": engine.translate(4), "translator_greedy_c16": engine.translate(1),
+                           "classifier_c32": engine.classify, "classifier_c1": engine.classify}
+    if isinstance(engine, CT2):
+        out |= {"generator_c16": engine.generate("float32"), "generator_int8_c16": engine.generate("int8")}
+    else:
+        out["generator_c16"] = engine.generate
+    return out | {"generator_c1": out["generator_c16"]}
+
+
+def shape_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--target-tokens", type=int, default=30)
+
+
+def main() -> None:
+    """Load one engine, then answer requests (the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("engine", choices=("ct2", "hf"))
+    parser.add_argument("--artifacts", type=Path, required=True, help="our artifacts (tokenizers, dims)")
+    parser.add_argument("--work", type=Path, required=True, help="where build_hf_and_ct2 saved the models")
+    shape_options(parser)
+    args = parser.parse_args()
+    work = args.work
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever the libraries print goes to stderr
+    shapes = Shapes(args, args.artifacts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table_ = runs(CT2(work, shapes, args.threads) if args.engine == "ct2" else HF(work, shapes, args.threads))
+    protocol.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        ask = json.loads(line)
+        value, lengths = batched(table_[ask["row"]], ask["concurrency"], ask["requests"])
+        protocol.write(json.dumps({"value": value, "lengths": lengths}) + "\n")
+
+
+
+
+if __name__ == "__main__":
+    main()

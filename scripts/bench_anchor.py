@@ -1,0 +1,312 @@
+"""Our server against CTranslate2 and Hugging Face eager on the same shapes, in one run (issue 11, item 7).
+
+    pip install -e '.[train,bench]'       # ctranslate2 (the dev extra includes it too)
+    python -m scripts.bench_anchor [--artifacts artifacts] [--rounds 3] [--threads 2] [--out bench_results/anchor.json]
+
+Models, all with the dimensions of --artifacts and random weights (nothing is downloaded):
+  - ours: the artifacts re-exported with random weights by model/export.py (a trained translator stops at
+    its end token early; /v1/translate has no way to force a length), served by `python -m service`
+    (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by scripts/bench.py's client;
+    --ours as-is serves --artifacts themselves (e.g. tiny random ones);
+  - Hugging Face `transformers` built with the same dimensions: GPT-2 (generator), Marian (translator),
+    BERT (classifier), eager PyTorch with torch.set_num_threads(--threads);
+  - CTranslate2 on those models converted by its TransformersConverter, float32 and int8, intra_threads=--threads
+    (the BERT conversion stops at the pooler: the 2-label head runs in numpy).
+Every engine decodes greedily or with the same beams, with lengths forced (ignore_eos; min = max length).
+Each round measures every row on every engine back to back; a ratio is ours / theirs within a round, and the
+table shows medians over the rounds. Batch engines get the concurrent requests as one batch (16 or 32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scripts.anchor_engines import KINDS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims, export_random, shape_options
+from scripts.bench import REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, machine_cpu_seconds
+
+ROWS: dict[str, tuple[str, str, int, int]] = {
+    "generator_c16": ("generator, 16 concurrent requests", "tok/s", 16, 48),
+    "generator_c16_stream": ("generator, 16 concurrent, streamed", "tok/s", 16, 48),
+    "generator_c1": ("generator, one request at a time", "tok/s", 1, 6),
+    "translator_beam4_c16": ("translator, 16 concurrent, beam 4", "tok/s", 16, 32),
+    "translator_greedy_c16": ("translator, 16 concurrent, greedy", "tok/s", 16, 48),
+    "classifier_c32": ("classifier, 32 concurrent single texts", "seq/s", 32, 128),
+    "classifier_c1": ("classifier, one text at a time", "seq/s", 1, 32),
+    "generator_int8_c16": ("int8 generator, 16 concurrent (vs CT2 int8)", "tok/s", 16, 48),
+}
+
+class Ours:
+    """HTTP clients for our server (scripts/bench.py's Connection and drive); lengths forced with ignore_eos."""
+
+    def __init__(self, shapes: Shapes) -> None:
+        self.s = shapes
+        self.gaps: list[list[float]] = []  # per streamed request: its inter-token gaps, seconds
+        self.lengths: list[int] = []
+
+    def generate(self, stream: bool) -> Client:
+        body = {"model": "generator", "prompt": self.s.prompt, "max_new_tokens": self.s.new_tokens,
+                "ignore_eos": True, "temperature": 0.0, "stream": stream}
+
+        async def call(conn: Connection) -> tuple[int, float | None]:
+            conn.event_times = [] if stream else None
+            status, data, events, first = await conn.post("/v1/generate", body)
+            if stream:
+                _ok(status, data)
+                if b"event: error" in data:
+                    raise RuntimeError("error event")
+                self.gaps.append(list(np.diff(conn.event_times)))
+                self.lengths.append(events)
+                return events, first
+            tokens = int(_ok(status, data)["usage"]["completion_tokens"])
+            self.lengths.append(tokens)
+            return tokens, None
+        return call
+
+    def translate(self, beams: int) -> Client:
+        body = {"model": "translator", "text": SOURCE, "num_beams": beams, "max_new_tokens": self.s.target_tokens,
+                "no_repeat_ngram_size": 0, "length_penalty": 1.0}
+
+        async def call(conn: Connection) -> tuple[int, float | None]:
+            status, data, _, _ = await conn.post("/v1/translate", body)
+            tokens = sum(t["output_tokens"] for t in _ok(status, data)["translations"])
+            self.lengths.append(tokens)
+            return tokens, None
+        return call
+
+    async def classify(self, conn: Connection) -> tuple[int, float | None]:
+        status, data, _, _ = await conn.post("/v1/classify", {"model": "classifier", "text": TEXT})
+        _ok(status, data)
+        self.lengths.append(0)
+        return 1, None
+
+
+# --- measuring ---------------------------------------------------------------------------------------------
+
+
+def over_http(url: str, ours: Ours, client: Client, concurrency: int, requests: int) -> tuple[float, list[int]]:
+    ours.gaps, ours.lengths = [], []
+    cell: Cell = asyncio.run(drive(url, "anchor", client, concurrency, requests))
+    if cell.errors:
+        raise RuntimeError(f"{cell.errors} of {requests} requests failed")
+    skip = concurrency  # drive's untimed warm-up requests come first
+    ours.gaps, ours.lengths = ours.gaps[skip:], ours.lengths[skip:]
+    return cell.tokens / cell.seconds, ours.lengths
+
+
+class Worker:
+    """An engine in its own process (scripts/anchor_engines.py)."""
+
+    def __init__(self, engine: str, argv: list[str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", engine, *argv],
+                                     cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.proc.args[3]} worker exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def measure(self, row: str, concurrency: int, requests: int) -> tuple[float, list[int]]:
+        out = self.ask({"row": row, "concurrency": concurrency, "requests": requests})
+        return out["value"], out["lengths"]
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[str, Worker], scale: float,
+                  rows: list[str]) -> dict[str, Any]:
+    clients = {"generator_c16": ours.generate(False), "generator_c16_stream": ours.generate(True),
+               "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
+               "translator_greedy_c16": ours.translate(1), "classifier_c32": ours.classify,
+               "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False)}
+    def ours_cpu() -> float:
+        return client_cpu_seconds() + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()])
+
+    out: dict[str, Any] = {}
+    for key in rows:
+        _, _, concurrency, base = ROWS[key]
+        requests = max(concurrency, int(round(base * scale)))
+        before = (time.perf_counter(), machine_cpu_seconds(), ours_cpu())
+        url = servers["int8" if key == "generator_int8_c16" else "float32"].url
+        row: dict[str, Any] = {"lengths": {}}
+        row["ours"], lengths = over_http(url, ours, clients[key], concurrency, requests)
+        row["lengths"]["ours"] = sorted(set(lengths))
+        if key == "generator_c16_stream":  # the other engines' numbers are those of generator_c16
+            gaps = np.concatenate([np.zeros(0), *map(np.asarray, ours.gaps)]) * 1000
+            out["inter_token_ms"] = {"p50": float(np.percentile(gaps, 50)), "p99": float(np.percentile(gaps, 99))}
+        for name in ("ct2", "hf"):
+            if key == "generator_c16_stream":
+                row[name], row["lengths"][name] = out["generator_c16"][name], out["generator_c16"]["lengths"][name]
+            elif name in workers and not (name == "hf" and key == "generator_int8_c16"):
+                time.sleep(0.1)  # let the last engine's spinning threads go idle
+                row[name], lengths = workers[name].measure(key, concurrency, requests)
+                row["lengths"][name] = sorted(set(lengths))
+            else:
+                row[name] = row["lengths"][name] = None
+        row["ours_per_ct2"] = row["ours"] / row["ct2"]
+        row["ours_per_hf"] = row["ours"] / row["hf"] if row["hf"] else None
+        wall, machine, mine = (a - b for a, b in zip((time.perf_counter(), machine_cpu_seconds(), ours_cpu()), before))
+        row["other_cores"] = round(max(0.0, machine - mine) / wall, 2)  # CPU that other processes took: noise
+        print(f"  {key:<24} ours {row['ours']:>9.1f}  ct2 {row['ct2'] or float('nan'):>9.1f}  "
+              f"hf {row['hf'] or float('nan'):>9.1f}  ours/ct2 {row['ours_per_ct2']:.2f}  "
+              f"other cores {row['other_cores']}", flush=True)
+        out[key] = row
+        time.sleep(0.1)
+    return out
+
+
+def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> dict[str, Any]:
+    def med(values: list[float | None], digits: int) -> float | None:
+        return None if values[0] is None else round(statistics.median(values), digits)  # type: ignore[type-var]
+
+    out: dict[str, Any] = {}
+    for key in rows:
+        workload, unit, concurrency, _ = ROWS[key]
+        per = [r[key] for r in rounds]
+        lengths = per[-1]["lengths"]
+        out[key] = {
+            "workload": workload, "unit": unit, "concurrency": concurrency,
+            **{e: med([p[e] for p in per], 1) for e in ("ours", "ct2", "hf")},
+            **{k: med([p[k] for p in per], 3) for k in ("ours_per_ct2", "ours_per_hf")},
+            "output_tokens": lengths,
+            "other_cores_max": max(p["other_cores"] for p in per),
+            "equal_lengths": len({json.dumps(v) for v in lengths.values() if v is not None}) == 1,
+        }
+    itl = [r["inter_token_ms"] for r in rounds if "inter_token_ms" in r]
+    if itl:
+        p50, p99 = (statistics.median(x[q] for x in itl) for q in ("p50", "p99"))
+        out["inter_token_latency_c16"] = {"workload": "inter-token latency, 16 streams", "unit": "ms",
+                                          "p50": round(p50, 2), "p99": round(p99, 2),
+                                          "p99_per_p50": round(p99 / p50, 2) if p50 >= 0.01 else None}
+    return out
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | ours / HF | lengths equal "
+             "| other cores |", "|---|---|---|---|---|---|---|---|"]
+    for key, r in summary.items():
+        if key.startswith("inter_token"):
+            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | p99/p50 {r['p99_per_p50']} | |")
+            continue
+        fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
+        ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        lines.append(f"| {r['workload']} | {fmt(r['ours'])} {r['unit']} | {fmt(r['ct2'])} | {fmt(r['hf'])} | "
+                     f"{ratio(r['ours_per_ct2'])} | {ratio(r['ours_per_hf'])} | {'yes' if r['equal_lengths'] else 'NO'} | "
+                     f"{r['other_cores_max']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifacts", type=Path, default=REPO / "artifacts", help="the dims (and tokenizers) to use")
+    parser.add_argument("--ours", choices=("random", "as-is"), default="random",
+                        help="random: re-export --artifacts with random weights; as-is: serve --artifacts")
+    parser.add_argument("--work", type=Path, default=None, help="cache of the built models (default: a temp folder)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0, help="requests per row, relative")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
+    shape_options(parser)
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face eager")
+    parser.add_argument("--prepare-only", action="store_true", help="build and convert the models, then stop")
+    parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "anchor.json")
+    args = parser.parse_args()
+    rows = [r for r in args.rows.split(",") if r]
+    if unknown := set(rows) - set(ROWS):
+        parser.error(f"unknown rows {sorted(unknown)}")
+    if "generator_c16_stream" in rows and "generator_c16" not in rows:
+        rows.insert(rows.index("generator_c16_stream"), "generator_c16")
+    digest = hashlib.sha256(json.dumps([dims(args.artifacts / k) for k in KINDS]).encode()).hexdigest()[:12]
+    work = args.work or Path(tempfile.gettempdir()) / f"bench-anchor-{digest}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_hf_and_ct2(args.artifacts, work)
+        if args.ours == "random":
+            export_random(args.artifacts, work / "ours")
+    if args.prepare_only:
+        print(f"models in {work}")
+        return
+    served = work / "ours" if args.ours == "random" else args.artifacts
+    shapes = Shapes(args, served)
+    ours = Ours(shapes)
+    argv = ["--artifacts", str(served), "--work", str(work), "--threads", str(args.threads),
+            "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
+            "--target-tokens", str(args.target_tokens)]
+    workers = {name: Worker(name, argv) for name in ("ct2", *(() if args.no_hf else ("hf",)))}
+    settings = {"models": ",".join(KINDS), "max_new_tokens": max(args.new_tokens, args.target_tokens, 256)}
+    servers = {"float32": Server(served, args.threads, **settings),  # all four start side by side
+               "int8": Server(served, args.threads, quantization="int8", **settings)}
+    try:
+        with servers["float32"], servers["int8"]:
+            for worker in workers.values():
+                worker.ask({})  # its "ready" line
+            rounds = []
+            for i in range(args.rounds):
+                print(f"round {i + 1} of {args.rounds}", flush=True)
+                rounds.append(measure_round(servers, ours, workers, args.scale, rows))
+    finally:  # a server that failed to start leaves the other one running otherwise
+        for server in servers.values():
+            if server.proc.poll() is None:
+                server.proc.kill()
+    for worker in workers.values():
+        worker.close()
+    summary = summarize(rounds, rows, shapes)
+    result = {
+        "command": " ".join(["python -m scripts.bench_anchor", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "versions": versions(),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "served": str(served),
+        "shapes": {"prompt_tokens": len(shapes.prompt), "new_tokens": shapes.new_tokens,
+                   "source_tokens": len(shapes.source), "target_tokens": shapes.target_tokens,
+                   "text_tokens": len(shapes.text)},
+        "rows": summary,
+        "rounds": rounds,
+    }
+    print()
+    print(table(summary))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("ctranslate2", "onnxruntime", "torch", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+if __name__ == "__main__":
+    main()
