@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
 from service.api.schemas import ClassificationResult, ClassifyRequest, ClassifyResponse, LabelScore
-from service.engine.classification import Classification, ClassifyInput
+from service.engine.classification import Classification, ClassificationJob, ClassifyInput
 
 router = APIRouter(tags=["classification"])
 
@@ -27,15 +27,13 @@ def _result(c: Classification) -> ClassificationResult:
 
 @router.post("/v1/classify", response_model=ClassifyResponse, response_model_exclude_none=True)
 async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -> Any:
-    classifier = engine.require_classifier(body.model)
     if isinstance(body.text, str):
         inputs: list[ClassifyInput] = [body.text]
         fields = ["text"]
     else:
         inputs = [item if isinstance(item, str) else (item[0], item[1]) for item in body.text]
         fields = [f"text[{i}]" for i in range(len(inputs))]
-    results = await unless_disconnected(
-        request, classifier.classify(inputs, fields, top_k=body.top_k, return_attention=body.return_attention)
-    )
-    response = ClassifyResponse(model=classifier.name, results=[_result(r) for r in results])
+    handle = engine.submit(ClassificationJob(inputs, fields, body.top_k, body.return_attention, body.model))
+    results = await unless_disconnected(request, handle.results())
+    response = ClassifyResponse(model=handle.model, results=[_result(r) for r in results])
     return await large_json(response) if body.return_attention else response

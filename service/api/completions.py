@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,16 +15,10 @@ from service.api.openai_errors import openai_error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from service.api.sse import sse, streaming_response
 from service.engine.errors import EngineError
-from service.engine.generation import (
-    GenerationParams,
-    GenerationResult,
-    GenerationSequence,
-    TokenEvent,
-)
-from service.engine.generation_service import GenerationService
+from service.engine.generation import GenerationResult, TokenEvent
+from service.engine.generation_service import GenerationJob, GenerationService
 from service.engine.sampling import SamplingParams
 from service.engine.scoring import TokenScore
-from service.engine.scheduler import collect
 
 router = APIRouter(tags=["openai"])
 
@@ -42,42 +35,39 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
     return list(p)  # type: ignore[arg-type]
 
 
-def _sequences(
-    generator: GenerationService, body: CompletionRequest
-) -> tuple[list[GenerationSequence], list[str], list[list[int]]]:
-    """One sequence per (prompt, choice); choice i of prompt j has index j * n + i, as OpenAI numbers them.
-    Also the echoed texts (one per choice) and the prompts' token ids (one per prompt)."""
+def _job(body: CompletionRequest, model: str) -> GenerationJob:
+    """One sequence per (prompt, choice): choice i of prompt j is j * n + i, as OpenAI numbers them."""
     prompts = _prompts(body)
-    if len(prompts) * body.n > generator.settings.max_queue_size:
-        raise ApiError(422, "validation_error", f"prompts x n must be <= {generator.settings.max_queue_size}", "n")
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    bias = {int(k): v for k, v in (body.logit_bias or {}).items()}
-    sequences, echoes, prompt_ids = [], [], []
-    for j, prompt in enumerate(prompts):
-        field = "prompt" if len(prompts) == 1 else f"prompt[{j}]"
-        ids = generator.tokenize(prompt, field)
-        prompt_ids.append(ids)
-        echo = (prompt if isinstance(prompt, str) else generator.tokenizer.decode(ids)) if body.echo else ""
-        echoes += [echo] * body.n
-        if body.max_tokens == 0:
-            continue  # echo only: the prompt is scored, nothing is generated
-        max_new = generator.new_tokens(ids, body.max_tokens)
-        for i in range(body.n):
-            sampling = SamplingParams(
-                temperature=body.temperature,
-                top_k=body.top_k,
-                top_p=body.top_p,
-                repetition_penalty=body.repetition_penalty,
-                presence_penalty=body.presence_penalty,
-                frequency_penalty=body.frequency_penalty,
-                logit_bias=bias,
-                seed=None if body.seed is None else body.seed + i,  # choices differ, yet reproducible
-            )
-            params = GenerationParams(
-                max_new_tokens=max_new, sampling=sampling, stop=stop, ignore_eos=body.ignore_eos, logprobs=body.logprobs
-            )
-            sequences.append(generator.sequence(ids, params))
-    return sequences, echoes, prompt_ids
+    return GenerationJob(
+        prompts,
+        ["prompt"] if len(prompts) == 1 else [f"prompt[{j}]" for j in range(len(prompts))],
+        max_new_tokens=body.max_tokens,
+        sampling=SamplingParams(
+            temperature=body.temperature,
+            top_k=body.top_k,
+            top_p=body.top_p,
+            repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            logit_bias={int(k): v for k, v in (body.logit_bias or {}).items()},
+            seed=body.seed,
+        ),
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        ignore_eos=body.ignore_eos,
+        logprobs=body.logprobs,
+        n=body.n,
+        score_prompts=body.logprobs if body.echo else None,  # the echoed prompt's logprobs
+        model=model,
+    )
+
+
+def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: GenerationService) -> list[str]:
+    """The echoed text of each choice ("" without echo)."""
+    if not body.echo:
+        return [""] * (len(prompt_ids) * body.n)
+    prompts = _prompts(body)
+    texts = [p if isinstance(p, str) else generator.tokenizer.decode(ids) for p, ids in zip(prompts, prompt_ids, strict=True)]
+    return [text for text in texts for _ in range(body.n)]
 
 
 def _prompt_logprobs(scores: list[TokenScore], generator: GenerationService) -> CompletionLogprobs:
@@ -107,14 +97,13 @@ def _joined(first: CompletionLogprobs | None, then: CompletionLogprobs | None) -
     )
 
 
-async def _scored_prompts(
-    generator: GenerationService, body: CompletionRequest, prompt_ids: list[list[int]], deadline: float
+def _scored_prompts(
+    scores: list[list[TokenScore]] | None, prompts: int, n: int, generator: GenerationService
 ) -> list[CompletionLogprobs | None]:
     """One entry per choice: the prompt's logprobs when echo and logprobs are both asked for."""
-    if not (body.echo and body.logprobs is not None):
-        return [None] * (len(prompt_ids) * body.n)
-    scores = await generator.scorer.score(prompt_ids, body.logprobs, deadline)
-    return [_prompt_logprobs(s, generator) for s in scores for _ in range(body.n)]
+    if scores is None:
+        return [None] * (prompts * n)
+    return [_prompt_logprobs(s, generator) for s in scores for _ in range(n)]
 
 
 def _echo_only(prompt_ids: list[list[int]], n: int) -> list[GenerationResult]:
@@ -140,35 +129,6 @@ def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationServic
 def _usage(results: list[GenerationResult], prompt_tokens: int) -> Usage:
     completion = sum(r.completion_tokens for r in results)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
-
-
-async def _merged(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
-    """Interleave several sequences' events as they come: (choice index, event)."""
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-
-    async def pump(index: int, events: AsyncIterator[Any]) -> None:
-        try:
-            async for event in events:
-                await queue.put((index, event))
-        except EngineError as exc:
-            await queue.put((index, exc))
-        await queue.put((index, _END))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(tasks)
-        while remaining:
-            index, event = await queue.get()
-            if event is _END:
-                remaining -= 1
-            elif isinstance(event, EngineError):
-                raise event
-            else:
-                yield index, event
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class _Chunks:
@@ -259,22 +219,20 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
     "/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}}
 )
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
-    generator = engine.require_generator()
-    if body.model != generator.name:
-        served = engine.model_names("generation")
-        if body.model not in served:
-            raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use one of {served}", "model")
-        generator = engine.require_generator(body.model)
-    sequences, echoes, prompt_ids = _sequences(generator, body)
-    deadline = generator.deadline()
-    echo_logprobs = await unless_disconnected(request, _scored_prompts(generator, body, prompt_ids, deadline))
-    generator.submit(sequences)
+    served = engine.model_names("generation")
+    if body.model not in served:  # OpenAI's 404 code (the engine's would be model_not_loaded)
+        raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use one of {served}", "model")
+    generator = engine.require_generator(body.model)
+    handle = engine.submit_generation(_job(body, body.model))
+    prompt_ids = handle.prompt_ids
+    scores = await unless_disconnected(request, handle.prompt_scores())
+    echoes, echo_logprobs = _echoes(body, prompt_ids, generator), _scored_prompts(scores, len(prompt_ids), body.n, generator)
     if body.stream:
         chunks = _Chunks(generator.name, body, prompt_ids, echoes, echo_logprobs, generator)
-        events = _merged([generator.events(s, deadline) for s in sequences]) if sequences else _echoed(body, prompt_ids)
+        events = handle.indexed_events() if handle.sequences else _echoed(body, prompt_ids)
         return streaming_response(request, _stream(chunks, events))
-    if sequences:
-        results = await unless_disconnected(request, collect([generator.result(s, deadline) for s in sequences]))
+    if handle.sequences:
+        results = await unless_disconnected(request, handle.results())
     else:
         results = _echo_only(prompt_ids, body.n)
     choices = [

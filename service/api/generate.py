@@ -10,13 +10,8 @@ from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
 from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
 from service.api.sse import event_stream, sse, stream_doc
-from service.engine.generation import (
-    GenerationParams,
-    GenerationResult,
-    GenerationSequence,
-    TokenEvent,
-)
-from service.engine.generation_service import GenerationService
+from service.engine.generation import GenerationResult, TokenEvent
+from service.engine.generation_service import GenerationJob
 from service.engine.sampling import SamplingParams
 
 router = APIRouter(tags=["generation"])
@@ -27,11 +22,11 @@ STREAM_DOC = stream_doc(
 )
 
 
-def _sequence(generator: GenerationService, body: GenerateRequest) -> GenerationSequence:
-    prompt_ids = generator.tokenize(body.prompt, "prompt")
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    params = GenerationParams(
-        max_new_tokens=generator.new_tokens(prompt_ids, body.max_new_tokens),
+def _job(body: GenerateRequest) -> GenerationJob:
+    return GenerationJob(
+        [body.prompt],
+        ["prompt"],
+        max_new_tokens=body.max_new_tokens,
         sampling=SamplingParams(
             temperature=body.temperature,
             top_k=body.top_k,
@@ -39,12 +34,12 @@ def _sequence(generator: GenerationService, body: GenerateRequest) -> Generation
             repetition_penalty=body.repetition_penalty,
             seed=body.seed,
         ),
-        stop=stop,
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
         ignore_eos=body.ignore_eos,
         logprobs=body.top_logprobs if body.logprobs else None,
         return_attention=body.return_attention,
+        model=body.model,
     )
-    return generator.sequence(prompt_ids, params)
 
 
 def token_model(event: TokenEvent) -> GeneratedToken:
@@ -83,14 +78,11 @@ def _event(event: TokenEvent | GenerationResult) -> str:
 
 @router.post("/v1/generate", response_model=GenerateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -> Any:
-    generator = engine.require_generator(body.model)
-    seq = _sequence(generator, body)
-    generator.submit([seq])
-    deadline = generator.deadline()
+    handle = engine.submit(_job(body))
     if not body.stream:
-        result = await unless_disconnected(request, generator.result(seq, deadline))
+        result = await unless_disconnected(request, handle.result())
         response = GenerateResponse(
-            model=generator.name,
+            model=handle.model,
             text=result.text,
             finish_reason=result.finish_reason,  # type: ignore[arg-type]
             usage=usage(result),
@@ -99,4 +91,4 @@ async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -
             attention=result.attention,
         )
         return await large_json(response) if body.return_attention else response
-    return await event_stream(request, generator.events(seq, deadline), _event)
+    return await event_stream(request, handle.events(), _event)

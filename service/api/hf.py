@@ -27,12 +27,13 @@ from service.api.schemas import MAX_SEED, NonEmptyText, TranslateRequest
 from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
-from service.engine.classification import ClassificationService
+from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.engine import Engine
-from service.engine.generation import GenerationParams, GenerationResult, TokenEvent
-from service.engine.generation_service import GenerationService
+from service.engine.generation import GenerationResult, TokenEvent
+from service.engine.generation_service import GenerationJob, GenerationService
 from service.engine.sampling import SamplingParams
-from service.engine.translation_service import TranslationService
+from service.engine.scoring import TokenScore
+from service.engine.translation_service import TranslationJob, TranslationService
 
 router = APIRouter(tags=["hugging face"])
 
@@ -130,7 +131,8 @@ def _validated(model: type[BaseModel], payload: Any) -> Any:
 # --- text generation (TGI) ----------------------------------------------------------------------
 
 
-def _generation_params(p: TgiParameters, generator: GenerationService, prompt_ids: list[int]) -> GenerationParams:
+def _job(body: TgiRequest, model: str) -> GenerationJob:
+    p = body.parameters
     sampled = p.do_sample or any(x is not None for x in (p.temperature, p.top_k, p.top_p))  # as TGI decides
     sampling = SamplingParams(
         temperature=(p.temperature or 1.0) if sampled else 0.0,
@@ -140,19 +142,17 @@ def _generation_params(p: TgiParameters, generator: GenerationService, prompt_id
         frequency_penalty=p.frequency_penalty or 0.0,
         seed=p.seed,
     )
-    return GenerationParams(
-        max_new_tokens=generator.new_tokens(prompt_ids, p.max_new_tokens),
+    return GenerationJob(
+        [body.inputs],
+        ["inputs"],
+        max_new_tokens=p.max_new_tokens,
         sampling=sampling,
         stop=tuple(p.stop),
         logprobs=p.top_n_tokens or 0,
+        truncate=p.truncate,
+        score_prompts=0 if p.details and p.decoder_input_details else None,
+        model=model,
     )
-
-
-def _prompt_ids(generator: GenerationService, body: TgiRequest) -> list[int]:
-    ids = generator.tokenizer.encode(body.inputs).ids
-    if body.parameters.truncate is not None:
-        ids = ids[-body.parameters.truncate :]
-    return generator.tokenize(ids, "inputs")
 
 
 def _token(event: TokenEvent) -> dict[str, Any]:
@@ -163,19 +163,16 @@ def _top_tokens(event: TokenEvent) -> list[dict[str, Any]]:
     return [{"id": t.id, "text": t.text, "logprob": t.logprob, "special": False} for t in event.top_logprobs or []]
 
 
-async def _prefill(generator: GenerationService, ids: list[int], deadline: float) -> list[dict[str, Any]]:
-    (scores,) = await generator.scorer.score([ids], 0, deadline)
-    return [{"id": s.id, "text": generator.tokenizer.decode([s.id]), "logprob": s.logprob} for s in scores]
+def _prefill(generator: GenerationService, scores: list[list[TokenScore]] | None) -> list[dict[str, Any]]:
+    (prompt,) = scores or [[]]
+    return [{"id": s.id, "text": generator.tokenizer.decode([s.id]), "logprob": s.logprob} for s in prompt]
 
 
 async def _tgi_generate(generator: GenerationService, body: TgiRequest, request: Request) -> dict[str, Any]:
     p = body.parameters
-    ids = _prompt_ids(generator, body)
-    seq = generator.sequence(ids, _generation_params(p, generator, ids))
-    deadline = generator.deadline()
-    prefill = await _prefill(generator, ids, deadline) if p.details and p.decoder_input_details else []
-    generator.submit([seq])
-    result: GenerationResult = await unless_disconnected(request, generator.result(seq, deadline))
+    handle = generator.submit(_job(body, generator.name))
+    prefill = _prefill(generator, await unless_disconnected(request, handle.prompt_scores()))
+    result: GenerationResult = await unless_disconnected(request, handle.result())
     text = (body.inputs + result.text) if p.return_full_text else result.text
     answer: dict[str, Any] = {"generated_text": text}
     if p.details:
@@ -198,10 +195,9 @@ def _tgi_error(type: str, message: str, field: str | None) -> str:
 
 async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: Request) -> Any:
     p = body.parameters
-    ids = _prompt_ids(generator, body)
-    seq = generator.sequence(ids, _generation_params(p, generator, ids))
-    generator.submit([seq])
-    events: AsyncIterator[TokenEvent | GenerationResult] = generator.events(seq, generator.deadline())
+    handle = generator.submit(_job(body, generator.name))
+    (ids,) = handle.prompt_ids
+    events: AsyncIterator[TokenEvent | GenerationResult] = handle.events()
     held: list[TokenEvent] = []  # one token is held back: the last one goes out with the text and details
 
     def render(event: TokenEvent | GenerationResult) -> str:
@@ -263,7 +259,7 @@ async def _classify(classifier: ClassificationService, body: ClassificationReque
     items = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     inputs = [x if isinstance(x, str) else (x.text, x.text_pair) for x in items]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(items))]
-    results = await unless_disconnected(request, classifier.classify(inputs, fields))
+    results = await unless_disconnected(request, classifier.submit(ClassificationJob(inputs, fields)).results())
     k = body.parameters.top_k
     ranked = [sorted(r.scores.items(), key=lambda kv: -kv[1])[:k] for r in results]
     return [[{"label": label, "score": score} for label, score in labels] for labels in ranked]
@@ -274,7 +270,7 @@ async def _translate(translator: TranslationService, body: TranslationRequest, r
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
     chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
     params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}))
-    results = await unless_disconnected(request, translator.translate(texts, fields, params))
+    results = await unless_disconnected(request, translator.submit(TranslationJob(texts, fields, params)).results())
     return [{"translation_text": r.hypotheses[0].text} for r in results]
 
 

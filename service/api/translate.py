@@ -13,6 +13,7 @@ from service.api.schemas import TranslateRequest, TranslateResponse, Translation
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.sampling import SamplingParams
 from service.engine.translation import TranslationParams, TranslationPiece, TranslationResult
+from service.engine.translation_service import TranslationJob
 
 router = APIRouter(tags=["translation"])
 
@@ -34,6 +35,7 @@ def translation_params(body: TranslateRequest) -> TranslationParams:
         no_repeat_ngram_size=body.no_repeat_ngram_size,
         sampling=sampling,
         return_attention=body.return_attention,
+        stream=body.stream,
     )
 
 
@@ -61,11 +63,11 @@ def _event(event: TranslationPiece | TranslationResult) -> str:
 
 @router.post("/v1/translate", response_model=TranslateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> Any:
-    translator = engine.require_translator(body.model)
     texts = [body.text] if isinstance(body.text, str) else body.text
     fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
+    handle = engine.submit(TranslationJob(texts, fields, translation_params(body), body.model))
     if body.stream:
-        return await event_stream(request, translator.stream(texts, fields, translation_params(body)), _event)
-    results = await unless_disconnected(request, translator.translate(texts, fields, translation_params(body)))
-    response = TranslateResponse(model=translator.name, translations=[_translation(r, body.n_best) for r in results])
+        return await event_stream(request, handle.events(), _event)
+    results = await unless_disconnected(request, handle.results())
+    response = TranslateResponse(model=handle.model, translations=[_translation(r, body.n_best) for r in results])
     return await large_json(response) if body.return_attention else response

@@ -1,9 +1,9 @@
-"""Sequence classification (single texts and sentence pairs) behind the dynamic batcher."""
+"""Sequence classification (single texts and sentence pairs): a one-step model on the same scheduler as
+generation and translation (one queue, one timeout and cancellation mechanism, one set of metrics)."""
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import Executor
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,14 +11,26 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from service.engine.attention import check_budget, check_length, to_json
-from service.engine.batcher import DynamicBatcher
-from service.engine.errors import InvalidInput, RequestTimeout
+from service.engine.errors import InvalidInput
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
+from service.engine.scheduler import Emit, Scheduler, Sequence
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
 
 ClassifyInput = str | tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ClassificationJob:
+    """A classification request: texts or sentence pairs, `fields` naming each in errors."""
+
+    inputs: list[ClassifyInput]
+    fields: list[str]
+    top_k: int | None = None
+    return_attention: bool = False
+    model: str | None = None  # None: the task's default model
 
 
 @dataclass(frozen=True)
@@ -38,13 +50,30 @@ class Classification:
     attention: dict[str, Any] | None = None
 
 
+class ClassificationSequence(Sequence):
+    def __init__(self, item: ClassifyItem, top_k: int | None) -> None:
+        super().__init__(rows=1, prefill_tokens=len(item.ids))
+        self.item = item
+        self.top_k = top_k
+
+
 class ClassificationModel:
+    """A one-step model for the scheduler: `prefill` runs a right-padded batch and emits every result."""
+
     def __init__(self, artifact: Artifact, session: GraphSession, tokenizer: Tokenizer) -> None:
         self.session = session
         self.tokenizer = tokenizer
+        self.labels = list(artifact.labels)
         self.pad = artifact.special_tokens["pad"]
         names = [f"attentions.{i}" for i in range(artifact.dims["n_layers"])]
         self.attention_names = names if all(session.has_output(n) for n in names) else []
+
+    def prefill(self, sequences: list[ClassificationSequence]) -> tuple[list[Emit], None]:
+        outputs = self.run_batch([s.item for s in sequences])
+        return [
+            Emit(s, self.result(s.item, probs, maps, s.top_k), final=True)
+            for s, (probs, maps) in zip(sequences, outputs, strict=True)
+        ], None
 
     def run_batch(self, items: list[ClassifyItem]) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
         """Label probabilities (and attention maps, where asked) for a right-padded batch."""
@@ -70,25 +99,37 @@ class ClassificationModel:
             results.append((probs[b], maps))
         return results
 
+    def result(
+        self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None
+    ) -> Classification:
+        best = int(np.argmax(probs))
+        order = np.argsort(-probs, kind="stable")[: top_k or 0]
+        attention = None
+        if maps is not None:
+            tokens = [self.tokenizer.id_to_token(t) for t in item.ids]
+            attention = {"tokens": tokens, "layers": [to_json(a) for a in maps]}
+        return Classification(
+            label=self.labels[best],
+            score=float(probs[best]),
+            scores={label: float(p) for label, p in zip(self.labels, probs, strict=True)},
+            top_k=[(self.labels[i], float(probs[i])) for i in order] if top_k else None,
+            input_tokens=len(item.ids),
+            attention=attention,
+        )
+
 
 class ClassificationService:
-    def __init__(
-        self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics
-    ) -> None:
+    """Validates and tokenizes a classification job; one sequence per text, on the model's scheduler."""
+
+    def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         self.artifact = artifact
         self.name = artifact.name
         self.settings = settings
         self.labels = list(artifact.labels)
         self.tokenizer = artifact.load_tokenizer()
         self.model = ClassificationModel(artifact, session, self.tokenizer)
-        self.batcher: DynamicBatcher[ClassifyItem, tuple[np.ndarray, list[np.ndarray] | None]] = DynamicBatcher(
-            self.name,
-            self.model.run_batch,
-            max_batch_size=settings.max_batch_size,
-            max_wait_s=settings.max_wait_ms / 1000,
-            max_queue_size=settings.max_queue_size,
-            executor=executor,
-            metrics=metrics,
+        self.scheduler: Scheduler[ClassificationSequence] = Scheduler.from_settings(
+            self.name, self.model, settings, metrics
         )
 
     @property
@@ -117,53 +158,25 @@ class ClassificationService:
     async def warmup(self) -> None:
         """A single text, a pair, and a full batch, truncated to the limits."""
 
-        def item(text: ClassifyInput) -> ClassifyItem:
+        def item(text: ClassifyInput) -> ClassificationSequence:
             encoding = self._encode(text)
-            return ClassifyItem(encoding.ids[: self.max_tokens], encoding.type_ids[: self.max_tokens], False)
+            ids, types = encoding.ids[: self.max_tokens], encoding.type_ids[: self.max_tokens]
+            return ClassificationSequence(ClassifyItem(ids, types, False), None)
 
-        await self.batcher.submit([item("warm up")])
-        await self.batcher.submit([item(("warm up", "the server"))])
         size = min(self.settings.max_batch_size, self.settings.max_queue_size, 8)
-        await self.batcher.submit([item("warm up the server " * (i + 1)) for i in range(size)])
+        for batch in ([item("warm up")], [item(("warm up", "the server"))]):
+            await self.scheduler.submit(batch, None, "text").results()
+        await self.scheduler.submit([item("warm up the server " * (i + 1)) for i in range(size)], None, "text").results()
 
-    async def classify(
-        self, inputs: list[ClassifyInput], fields: list[str], top_k: int | None = None, return_attention: bool = False
-    ) -> list[Classification]:
-        if len(inputs) > self.settings.max_queue_size:
-            raise InvalidInput(f"at most {self.settings.max_queue_size} texts per request", "text")
-        if top_k is not None and top_k > len(self.labels):
+    def submit(self, job: ClassificationJob) -> Handle[Classification, Classification]:
+        if job.top_k is not None and job.top_k > len(self.labels):
             raise InvalidInput(f"must be <= the number of labels ({len(self.labels)})", "top_k")
-        if return_attention and not self.model.attention_names:
+        if job.return_attention and not self.model.attention_names:
             raise InvalidInput("this model's graph does not export attention weights", "return_attention")
-        items = self.tokenize(inputs, fields, return_attention)
-        if return_attention:
+        items = self.tokenize(job.inputs, job.fields, job.return_attention)
+        if job.return_attention:
             per_token2 = len(self.model.attention_names) * self.artifact.n_heads
             check_budget(per_token2 * sum(len(item.ids) ** 2 for item in items), self.settings.max_attention_values)
-        try:
-            outputs = await asyncio.wait_for(self.batcher.submit(items), self.settings.request_timeout_s)
-        except TimeoutError:
-            raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S") from None
-
-        def results() -> list[Classification]:
-            return [self._result(item, probs, maps, top_k) for item, (probs, maps) in zip(items, outputs, strict=True)]
-
-        # Attention maps become large nested lists: build them off the event loop.
-        return await asyncio.to_thread(results) if return_attention else results()
-
-    def _result(
-        self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None
-    ) -> Classification:
-        best = int(np.argmax(probs))
-        order = np.argsort(-probs, kind="stable")[: top_k or 0]
-        attention = None
-        if maps is not None:
-            tokens = [self.tokenizer.id_to_token(t) for t in item.ids]
-            attention = {"tokens": tokens, "layers": [to_json(a) for a in maps]}
-        return Classification(
-            label=self.labels[best],
-            score=float(probs[best]),
-            scores={label: float(p) for label, p in zip(self.labels, probs, strict=True)},
-            top_k=[(self.labels[i], float(probs[i])) for i in order] if top_k else None,
-            input_tokens=len(item.ids),
-            attention=attention,
-        )
+        sequences = [ClassificationSequence(item, job.top_k) for item in items]
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        return self.scheduler.submit(sequences, deadline, job.fields[0].partition("[")[0])

@@ -1,22 +1,23 @@
-"""The engine: loads the models named in the settings, runs their batchers and schedulers, warms up.
+"""The engine: loads the models named in the settings, runs their schedulers, warms up, and takes every
+request through one interface: `submit(job) -> handle` (service/engine/handle.py).
 
 Built in the app's lifespan (never at import time) and reached by the routes through `app.state.engine`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from service.engine.classification import ClassificationService
+from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.errors import ModelNotLoaded, Unavailable
-from service.engine.generation_service import GenerationService
+from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import collect
-from service.engine.translation_service import TranslationService
+from service.engine.translation_service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
@@ -28,6 +29,7 @@ S = TypeVar("S")
 
 TASKS = {"translator": "translation", "generator": "generation", "classifier": "classification"}
 Service = TranslationService | GenerationService | ClassificationService
+Job = TranslationJob | GenerationJob | ClassificationJob
 
 
 @dataclass
@@ -49,8 +51,6 @@ class Engine:
         self.translator: TranslationService | None = None
         self.generator: GenerationService | None = None
         self.classifier: ClassificationService | None = None
-        # One worker thread per model: ORT calls block, and must stay off the event loop.
-        self._executors: dict[str, ThreadPoolExecutor] = {}
         self.ready = False
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
@@ -76,10 +76,8 @@ class Engine:
                     f"{artifact.folder}: a {name} must have task {TASKS[name]!r}, not {artifact.task!r}"
                 )
             sessions = {role: GraphSession(name, spec, options) for role, spec in artifact.graphs.items()}
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"serve-{name}")
-            self._executors[name] = executor
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
-            args = (self.settings, executor, self.metrics)
+            args = (self.settings, self.metrics)
             service: Service
             if artifact.task == "translation":
                 service = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
@@ -94,28 +92,34 @@ class Engine:
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
     def start(self) -> None:
+        """Start every model's worker thread (ORT calls block, and must stay off the event loop)."""
         for service in self.services.values():
-            if isinstance(service, ClassificationService):
-                service.batcher.start()
-            else:
-                service.scheduler.start()
+            service.scheduler.start()
 
     async def stop(self, reason: str = "the server is shutting down") -> None:
-        """Fail everything queued or running with 503 `unavailable` (idempotent)."""
+        """Fail everything queued or running with 503 `unavailable` (idempotent): streams end with an
+        error event, waiting requests answer 503."""
         error = Unavailable(reason)
         for service in self.services.values():
-            if isinstance(service, ClassificationService):
-                await service.batcher.stop(error)
-            else:
-                await service.scheduler.stop(error)
-        for executor in self._executors.values():
-            executor.shutdown(wait=False, cancel_futures=True)
+            await service.scheduler.stop(error)
 
     async def warmup(self) -> None:
         """Run a few representative batches through every model (first-run allocations, thread pools)."""
         started = time.perf_counter()
-        await collect([service.warmup() for service in self.services.values()])
+        await asyncio.gather(*(service.warmup() for service in self.services.values()))
         log.info("warm-up finished in %.2fs", time.perf_counter() - started)
+
+    def submit(self, job: Job) -> Handle[Any, Any]:
+        """Validate and queue a job on its model (`job.model`, or the task's default); raises an
+        EngineError (422, 404, 429) with nothing queued."""
+        if isinstance(job, GenerationJob):
+            return self.submit_generation(job)
+        if isinstance(job, TranslationJob):
+            return self.require_translator(job.model).submit(job)
+        return self.require_classifier(job.model).submit(job)
+
+    def submit_generation(self, job: GenerationJob) -> GenerationHandle:
+        return self.require_generator(job.model).submit(job)
 
     def model_names(self, task: str) -> list[str]:
         """The loaded models of ``task``, the default (first) one first."""

@@ -1,19 +1,20 @@
-"""The generation service: what the engine hands a generation request to. It validates and tokenizes,
-builds one sequence per (prompt, choice), and queues them on the model's scheduler."""
+"""The generation service: what the engine hands a generation job to. It validates and tokenizes, builds
+one sequence per (prompt, choice), and queues them on the model's scheduler."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
-from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
 
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
 from service.engine.generation import GenerationModel, GenerationParams, GenerationResult, GenerationSequence, TokenEvent
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams
-from service.engine.scheduler import Scheduler, collect
-from service.engine.scoring import PromptScorer
+from service.engine.scheduler import Scheduler
+from service.engine.scoring import PromptScorer, TokenScore
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -22,27 +23,65 @@ DEFAULT_MAX_NEW_TOKENS = 64
 WARMUP_PROMPTS = ("Warm up", "Warm up the server with a longer prompt, one that needs more tokens.")
 
 
-class GenerationService:
-    """What the API calls: validate and tokenize, queue, and read the sequence's events."""
+@dataclass(frozen=True)
+class GenerationJob:
+    """A generation request: `n` choices per prompt (choice i of prompt j is sequence j * n + i, as OpenAI
+    numbers them), each with the job's options; `fields` names each prompt in errors."""
 
-    def __init__(
-        self, artifact: Artifact, session: GraphSession, settings: Settings, executor: Executor, metrics: Metrics
-    ) -> None:
+    prompts: list[str | list[int]]
+    fields: list[str]
+    max_new_tokens: int | None = None  # None: the default; 0: nothing is generated (echo only)
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # choice i gets seed + i
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
+    return_attention: bool = False
+    n: int = 1
+    truncate: int | None = None  # keep the last `truncate` prompt tokens (TGI's parameter)
+    score_prompts: int | None = None  # also score every prompt token, with this many top logprobs
+    model: str | None = None  # None: the task's default model
+
+
+class GenerationHandle(Handle[TokenEvent, GenerationResult]):
+    """A generation job's handle; with `score_prompts`, the prompts' token scores too."""
+
+    scores: asyncio.Future[list[list[TokenScore]]] | None = None
+
+    async def prompt_scores(self) -> list[list[TokenScore]] | None:
+        if self.scores is None:
+            return None
+        try:
+            return await self.scores
+        except BaseException:
+            self.cancel()  # a failed or abandoned scoring ends the whole job
+            raise
+
+    def cancel(self) -> None:
+        super().cancel()
+        if self.scores is not None:
+            self.scores.cancel()
+
+
+class GenerationService:
+    def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         self.artifact = artifact
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
-        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
+        self.scheduler: Scheduler[GenerationSequence] = Scheduler.from_settings(
+            self.name, self.model, settings, metrics
+        )
         a = artifact
         shape = {"n_layers": a.n_decoder_layers, "n_heads": a.n_heads, "d_head": a.d_head, "pad": self.model.pad}
-        self.scorer = PromptScorer(self.name, session, settings, executor, **shape)
+        # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
+        self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, **shape)
 
     @property
     def max_prompt_tokens(self) -> int:
         return min(self.settings.max_input_tokens, self.artifact.max_positions - 1)
 
-    def tokenize(self, prompt: str | list[int], field: str) -> list[int]:
+    def tokenize(self, prompt: str | list[int], field: str, truncate: int | None = None) -> list[int]:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt).ids
         else:
@@ -52,6 +91,8 @@ class GenerationService:
                 raise InvalidInput(
                     f"token ids {bad[:5]} are outside the vocabulary (0..{self.artifact.vocab_size - 1})", field
                 )
+        if truncate is not None:
+            ids = ids[-truncate:]
         if not ids:
             raise InvalidInput("the prompt is empty", field)
         if len(ids) > self.max_prompt_tokens:
@@ -77,15 +118,12 @@ class GenerationService:
             )
         return requested
 
-    def check_options(self, params: GenerationParams) -> None:
+    def sequence(self, prompt_ids: list[int], params: GenerationParams) -> GenerationSequence:
         bad = [t for t in params.sampling.logit_bias if not 0 <= t < self.artifact.vocab_size]
         if bad:
             raise InvalidInput(f"token ids {bad[:5]} are outside the vocabulary", "logit_bias")
         if params.return_attention and not self.model.attention_names:
             raise InvalidInput("this model's graph does not export attention weights", "return_attention")
-
-    def sequence(self, prompt_ids: list[int], params: GenerationParams) -> GenerationSequence:
-        self.check_options(params)
         if params.return_attention:
             tokens = len(prompt_ids) + params.max_new_tokens
             check_length(tokens)
@@ -93,30 +131,46 @@ class GenerationService:
             check_budget(values, self.settings.max_attention_values)
         return GenerationSequence(prompt_ids, params)
 
-    def submit(self, sequences: list[GenerationSequence]) -> None:
-        self.scheduler.submit(list(sequences))
+    def _sequences(self, job: GenerationJob, prompt_ids: list[list[int]]) -> list[GenerationSequence]:
+        if job.max_new_tokens == 0:
+            return []
+        sequences = []
+        for ids in prompt_ids:
+            max_new = self.new_tokens(ids, job.max_new_tokens)
+            for i in range(job.n):
+                seed = job.sampling.seed
+                sampling = job.sampling if seed is None or i == 0 else replace(job.sampling, seed=seed + i)
+                params = GenerationParams(
+                    max_new_tokens=max_new,
+                    sampling=sampling,  # choices differ, yet are reproducible
+                    stop=job.stop,
+                    ignore_eos=job.ignore_eos,
+                    logprobs=job.logprobs,
+                    return_attention=job.return_attention,
+                )
+                sequences.append(self.sequence(ids, params))
+        return sequences
 
-    def deadline(self) -> float:
-        return time.monotonic() + self.settings.request_timeout_s
+    def submit(self, job: GenerationJob) -> GenerationHandle:
+        """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
+        prompt_ids = [self.tokenize(p, f, job.truncate) for p, f in zip(job.prompts, job.fields, strict=True)]
+        sequences = self._sequences(job, prompt_ids)
+        many = "n" if job.n > 1 else job.fields[0].partition("[")[0]
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        handle = self.scheduler.submit(sequences, deadline, many, GenerationHandle)
+        handle.prompt_ids = prompt_ids
+        if job.score_prompts is not None:
+            handle.scores = asyncio.ensure_future(self.scorer.score(prompt_ids, job.score_prompts, deadline))
+        return handle
 
     async def warmup(self) -> None:
         """A short and a longer prompt in one batch, then a lone one, truncated to the limits."""
         prompts = [ids[: self.max_prompt_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_PROMPTS)]
         for batch in (prompts, prompts[:1]):
-            params = GenerationParams(
-                max_new_tokens=min(4, self.settings.max_new_tokens), sampling=SamplingParams(seed=0)
+            job = GenerationJob(
+                list(batch),
+                ["prompt"] * len(batch),
+                max_new_tokens=min(4, self.settings.max_new_tokens),
+                sampling=SamplingParams(seed=0),
             )
-            sequences = [GenerationSequence(ids, params) for ids in batch]
-            self.submit(sequences)
-            await collect([self.result(seq, None) for seq in sequences])
-
-    async def result(self, seq: GenerationSequence, deadline: float | None) -> GenerationResult:
-        result = None
-        async for event in seq.stream(deadline):
-            if isinstance(event, GenerationResult):
-                result = event
-        assert result is not None, "a sequence ended without a result"
-        return result
-
-    def events(self, seq: GenerationSequence, deadline: float | None) -> AsyncIterator[TokenEvent | GenerationResult]:
-        return seq.stream(deadline)
+            await self.submit(job).results()

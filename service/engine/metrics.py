@@ -40,13 +40,18 @@ class Metrics:
         )
         self.batch_size = Histogram(
             "serve_batch_size",
-            "Rows per model run (requests, or beams for translation).",
+            "Rows per model run (phase prefill: newcomers, a classifier's whole run; decode: one step).",
             ["model", "phase"],
             buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.queue_depth = Gauge("serve_queue_depth", "Requests waiting for a batch slot.", ["model"], registry=r)
-        self.running = Gauge("serve_running_sequences", "Sequences in the running decode batch.", ["model"], registry=r)
+        self.running = Gauge(
+            "serve_running_sequences", "Sequences prefilling or decoding (one per request item).", ["model"], registry=r
+        )
+        self.running_rows = Gauge(
+            "serve_running_rows", "Batch rows of the running sequences (beams count each).", ["model"], registry=r
+        )
         self.time_to_first_token = Histogram(
             "serve_time_to_first_token_seconds",
             "Admission to first generated token.",

@@ -1,22 +1,29 @@
-"""Continuous batching (as in TGI / vLLM): new sequences join the running batch at the next step, finished
-and abandoned ones leave, each keeping its own KV cache rows.
+"""Continuous batching (as in TGI / vLLM) on one worker thread per model.
 
-A model plugs in through two small interfaces, after TGI's batch state: `prefill(sequences)` builds a
-batch for newcomers, and a batch has `step()`, `filter()` and `concatenate()`.
+New sequences join the running batch at the next step, finished and abandoned ones leave, each keeping
+its own KV cache rows. A model plugs in through two small interfaces, after TGI's batch state:
+`prefill(sequences)` builds a batch for newcomers (a one-step model, the classifier, emits every result
+there and returns no batch), and a batch has `step()`, `filter()` and `concatenate()`.
+
+The worker runs prefill and decode steps back to back and never waits for the event loop: it hands
+every step's events to the loop with one `call_soon_threadsafe`. The loop only queues sequences
+(`submit`), cancels them, and delivers events to their handles.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import Executor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, RequestTimeout
+from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, Unavailable
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.request_context import current_timing
 from service.settings import Settings
@@ -24,71 +31,31 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+H = TypeVar("H", bound=Handle[Any, Any])
 
-# Prefill computes logits at every prompt position ([B, S, V] floats): cap B * S per prefill call.
+# Prefill (and prompt scoring) computes logits at every prompt position ([B, S, V] floats): cap B * S
+# per call. While other sequences are decoding, a step's prefill gets the smaller budget, so a burst of
+# long prompts joins over several steps instead of stalling the running streams for all of them at once.
 MAX_PREFILL_TOKENS = 4096
-
-
-async def collect(coroutines: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Await all, in order; on the first error (or if we are cancelled) cancel the rest and raise."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in tasks:
-            if task.done() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
-        return [task.result() for task in tasks]
-    finally:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-            # The other sequences of a failed batch fail too; one error is enough.
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-
-@dataclass
-class Failure:
-    error: EngineError
+STEP_PREFILL_TOKENS = 512
 
 
 class Sequence:
-    """One scheduled sequence, seen from the event loop: its events arrive on `events`.
-
-    `rows` is how many batch rows it may occupy (1, or the number of beams)."""
+    """One scheduled sequence. `rows` is how many batch rows it may occupy (1, or the number of beams)."""
 
     def __init__(self, rows: int = 1, prefill_tokens: int = 1) -> None:
         self.rows = rows
         self.prefill_tokens = prefill_tokens  # its length in the padded prefill batch
-        self.events: asyncio.Queue[Any] = asyncio.Queue()
         self.enqueued = time.perf_counter()
-        self.cancelled = False  # set on the loop, read by the worker between steps
-        self.done = False
-        self.timing = current_timing()  # the HTTP request's timing record, if any
         self.admitted: float | None = None  # when it left the queue for its prefill
+        self.cancelled = False  # set on the loop, read by the worker between steps
+        self.done = False  # its final event (or an error) was delivered; loop side
+        self.timing = current_timing()  # the HTTP request's timing record, if any
+        self.handle: Handle[Any, Any] | None = None
+        self.index = 0  # its position in the handle
 
-    def cancel(self) -> None:
-        self.cancelled = True
 
-    async def stream(self, deadline: float | None = None) -> AsyncIterator[Any]:
-        """Yield events until the final one; raise the engine error of a failed batch, or RequestTimeout.
-        Leaving early (client gone, timeout) cancels the sequence so it frees its slot at the next step."""
-        try:
-            while True:
-                timeout = None if deadline is None else deadline - time.monotonic()
-                if timeout is not None and timeout <= 0:
-                    raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S")
-                try:
-                    event = await asyncio.wait_for(self.events.get(), timeout)
-                except TimeoutError:
-                    raise RequestTimeout("the request did not finish within SERVE_REQUEST_TIMEOUT_S") from None
-                if isinstance(event, Failure):
-                    raise event.error
-                yield event
-                if self.done and self.events.empty():
-                    return
-        finally:
-            if not self.done:
-                self.cancel()
+SeqT = TypeVar("SeqT", bound=Sequence)
 
 
 @dataclass
@@ -100,9 +67,9 @@ class Emit:
     final: bool = False
 
 
-class DecodeBatch(Protocol):
+class DecodeBatch(Protocol[SeqT]):
     @property
-    def sequences(self) -> list[Sequence]: ...
+    def sequences(self) -> list[SeqT]: ...
 
     @property
     def rows(self) -> int: ...
@@ -111,25 +78,37 @@ class DecodeBatch(Protocol):
         """Run one decode step for every row; afterwards the batch holds only unfinished sequences."""
         ...
 
-    def filter(self, keep: list[Sequence]) -> DecodeBatch | None: ...
+    def filter(self, keep: list[SeqT]) -> DecodeBatch[SeqT] | None: ...
 
-    def concatenate(self, other: DecodeBatch) -> DecodeBatch: ...
-
-
-class DecodeModel(Protocol):
-    def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], DecodeBatch | None]: ...
+    def concatenate(self, other: DecodeBatch[SeqT]) -> DecodeBatch[SeqT]: ...
 
 
-class Scheduler:
+class DecodeModel(Protocol[SeqT]):
+    def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
+
+
+Failed = tuple[list[Sequence], EngineError]
+
+
+class WorkerExecutor(Executor):
+    """Runs calls on the scheduler's worker thread between steps (prompt scoring shares the session)."""
+
+    def __init__(self, scheduler: Scheduler[Any]) -> None:
+        self.scheduler = scheduler
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return self.scheduler.call(fn, *args, **kwargs)
+
+
+class Scheduler(Generic[SeqT]):
     def __init__(
         self,
         name: str,
-        model: DecodeModel,
+        model: DecodeModel[SeqT],
         *,
         max_rows: int,
         max_queue_size: int,
         max_wait_s: float,
-        executor: Executor,
         metrics: Metrics,
     ) -> None:
         self.name = name
@@ -137,178 +116,255 @@ class Scheduler:
         self.max_rows = max_rows
         self.max_queue_size = max_queue_size
         self.max_wait_s = max_wait_s
-        self.executor = executor
         self.metrics = metrics
-        self._waiting: deque[Sequence] = deque()
-        self._prefilling: list[Sequence] = []
-        self._batch: DecodeBatch | None = None
-        self._arrived = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.executor = WorkerExecutor(self)
+        self._cond = threading.Condition()  # guards _waiting, _jobs, _inflight, _stopping
+        self._waiting: deque[SeqT] = deque()
+        self._jobs: list[tuple[Future[Any], Callable[[], Any]]] = []
+        self._inflight: list[SeqT] = []  # prefilling or in the batch: what stop() must fail
+        self._stopping = False
+        self._batch: DecodeBatch[SeqT] | None = None  # the worker's alone
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(
-        cls, name: str, model: DecodeModel, settings: Settings, executor: Executor, metrics: Metrics
-    ) -> Scheduler:
+    def from_settings(cls, name: str, model: DecodeModel[SeqT], settings: Settings, metrics: Metrics) -> Scheduler[SeqT]:
         return cls(
             name,
             model,
             max_rows=settings.max_batch_size,
             max_queue_size=settings.max_queue_size,
             max_wait_s=settings.max_wait_ms / 1000,
-            executor=executor,
             metrics=metrics,
         )
 
     @property
     def running(self) -> int:
-        return 0 if self._batch is None else len(self._batch.sequences)
+        """Sequences prefilling or decoding (a translation with 4 beams is one)."""
+        return len(self._inflight)
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
+    # --- the event loop's side ---------------------------------------------------------------------
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=f"scheduler-{self.name}")
+        self._loop = asyncio.get_running_loop()
+        # A daemon: stop() never waits for an ONNX Runtime call in progress, nor does the process exit.
+        self._thread = threading.Thread(target=self._work, name=f"serve-{self.name}", daemon=True)
+        self._thread.start()
 
     async def stop(self, error: EngineError) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        running = self._batch.sequences if self._batch else []
-        self._fail([*self._waiting, *self._prefilling, *running], error)
-        self._waiting.clear()
-        self._batch = None
+        """Fail everything queued or running with `error` (idempotent); the worker exits after its step."""
+        with self._cond:
+            self._stopping = True
+            victims = [*self._waiting, *self._inflight]
+            self._waiting.clear()
+            jobs, self._jobs = self._jobs, []
+            self._cond.notify_all()
+        for future, _ in jobs:
+            future.cancel()
+        self._deliver([], [(list(victims), error)])
         self._set_gauges()
 
-    def submit(self, sequences: list[Sequence]) -> None:
-        """Queue all sequences or none; 429 the same way for one and for many."""
+    def submit(
+        self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[H] = Handle  # type: ignore[assignment]
+    ) -> H:
+        """Queue all sequences or none, 429 the same way for one and for many; `field` names the request
+        field that makes many (texts, prompts, choices) in the 422 for more than the queue could ever hold."""
+        if len(sequences) > self.max_queue_size:
+            raise InvalidInput(f"at most {self.max_queue_size} items per request (SERVE_MAX_QUEUE_SIZE)", field)
         for seq in sequences:
             if seq.rows > self.max_rows:
                 raise InvalidInput(f"needs {seq.rows} batch rows but SERVE_MAX_BATCH_SIZE is {self.max_rows}")
-        if len(self._waiting) + len(sequences) > self.max_queue_size:
-            self.metrics.rejected.labels(self.name, "queue_full").inc()
-            raise QueueFull(f"{self.name}: queue is full ({len(self._waiting)} waiting, limit {self.max_queue_size})")
-        self._waiting.extend(sequences)
+        handle = kind(self.name, list(sequences), deadline, self.cancel)
+        with self._cond:
+            if self._stopping:
+                raise Unavailable(f"{self.name}: the model is stopped")
+            if len(self._waiting) + len(sequences) > self.max_queue_size:
+                self.metrics.rejected.labels(self.name, "queue_full").inc()
+                raise QueueFull(f"{self.name}: queue is full ({len(self._waiting)} waiting, limit {self.max_queue_size})")
+            now = time.perf_counter()
+            for seq in sequences:
+                seq.enqueued = now
+            self._waiting.extend(sequences)
+            self._cond.notify()
         self._set_gauges()
-        self._arrived.set()
+        return handle
 
-    async def _loop(self) -> None:
-        """Schedule -> run one step -> update and emit tokens, for as long as there is work."""
+    def cancel(self, sequences: list[Sequence]) -> None:
+        """Client gone or deadline passed: waiting ones leave the queue now, running ones after this step."""
+        with self._cond:
+            for seq in sequences:
+                seq.cancelled = True
+            gone = {id(s) for s in sequences}
+            kept = [s for s in self._waiting if id(s) not in gone]
+            dropped = len(self._waiting) - len(kept)
+            if dropped:
+                self._waiting = deque(kept)
+                self.metrics.cancelled.labels(self.name).inc(dropped)
+        self._set_gauges()
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        """Run `fn` on the worker thread before its next step."""
+        future: Future[T] = Future()
+        with self._cond:
+            if self._stopping:
+                future.cancel()
+                return future
+            self._jobs.append((future, lambda: fn(*args, **kwargs)))
+            self._cond.notify()
+        return future
+
+    def _deliver(self, emits: list[Emit], failures: list[Failed]) -> None:
+        """On the loop: events to their handles, in order; nothing for sequences already done."""
+        now = time.perf_counter()
+        for emit in emits:
+            seq = emit.sequence
+            if seq.done or seq.handle is None:
+                continue
+            if emit.final:
+                seq.done = True
+                self.metrics.e2e_latency.labels(self.name).observe(now - seq.enqueued)
+            seq.handle.put(seq.index, emit.event, emit.final)
+        for sequences, error in failures:
+            for seq in sequences:
+                if not seq.done and seq.handle is not None:
+                    seq.done = True
+                    seq.handle.fail(error)
+
+    # --- the worker thread ---------------------------------------------------------------------------
+
+    def _work(self) -> None:
         while True:
-            await self._wait_for_work()
-            newcomers = self._admit()
-            if newcomers:
-                await self._prefill(newcomers)
-            if self._batch is not None:
-                await self._decode()
+            work = self._next_work()
+            if work is None:
+                return
+            try:
+                self._iterate(*work)
+            except Exception as exc:  # a bug in this loop, not in a model run: fail what runs, carry on
+                self._batch = None
+                self._hand_over([], [(list(self._inflight), self._engine_error(exc, self._inflight))])
+            with self._cond:
+                self._inflight = list(self._batch.sequences) if self._batch else []
             self._set_gauges()
 
-    async def _wait_for_work(self) -> None:
-        """Block while idle; when a first sequence arrives at an idle batch, give others max_wait_s to join
-        it so their prefill runs as one batch."""
+    def _iterate(self, jobs: list[tuple[Future[Any], Callable[[], Any]]], newcomers: list[SeqT]) -> None:
+        for future, job in jobs:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as exc:
+                    future.set_exception(exc)
+        if newcomers:
+            failures: list[Failed] = []
+            emits = self._prefill(newcomers, failures)
+            self._hand_over(emits, failures)  # first tokens go out before the next step
         if self._batch is not None:
-            return
-        while not self._waiting:
-            self._arrived.clear()
-            await self._arrived.wait()
-        deadline = self._waiting[0].enqueued + self.max_wait_s
-        while sum(s.rows for s in self._waiting) < self.max_rows:
-            remaining = deadline - time.perf_counter()
+            self._hand_over(*self._decode())
+
+    def _next_work(self) -> tuple[list[tuple[Future[Any], Callable[[], Any]]], list[SeqT]] | None:
+        """Block while idle; then the jobs to run and the newcomers to prefill (None: stop)."""
+        with self._cond:
+            while not (self._stopping or self._jobs or self._waiting or self._batch is not None):
+                self._cond.wait()
+            self._wait_for_company()
+            if self._stopping:
+                return None
+            jobs, self._jobs = self._jobs, []
+            newcomers = self._admit()
+            if newcomers:
+                self._inflight = [*(self._batch.sequences if self._batch else []), *newcomers]
+                self._set_gauges()
+            return jobs, newcomers
+
+    def _wait_for_company(self) -> None:
+        """Batching waits only when there is something to wait for: a lone arrival at an idle model runs
+        at once (nobody else is coming yet), and a running batch never waits (newcomers join at the next
+        step). Several arrivals at an idle model are a burst: give it max_wait_s from the oldest arrival
+        to fill the batch, so it prefills as one."""
+        while (
+            self._batch is None
+            and not (self._stopping or self._jobs)
+            and len(self._waiting) > 1
+            and sum(s.rows for s in self._waiting) < self.max_rows
+        ):
+            remaining = self._waiting[0].enqueued + self.max_wait_s - time.perf_counter()
             if remaining <= 0:
                 return
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
-            except TimeoutError:
-                return
+            self._cond.wait(remaining)
 
-    def _admit(self) -> list[Sequence]:
+    def _admit(self) -> list[SeqT]:
         """Move waiting sequences into the batch while their rows fit (first come, first served), and
-        while the padded prefill stays within MAX_PREFILL_TOKENS."""
+        while the padded prefill stays within the step's token budget (a first one always fits)."""
         free = self.max_rows - (self._batch.rows if self._batch else 0)
-        admitted: list[Sequence] = []
+        budget = MAX_PREFILL_TOKENS if self._batch is None else STEP_PREFILL_TOKENS
+        admitted: list[SeqT] = []
         longest = 0
         now = time.perf_counter()
-        while self._waiting and (self._waiting[0].cancelled or self._waiting[0].rows <= free):
+        while self._waiting and self._waiting[0].rows <= free:
             seq = self._waiting[0]
-            padded = max(longest, seq.prefill_tokens) * (len(admitted) + 1)
-            if admitted and not seq.cancelled and padded > MAX_PREFILL_TOKENS:
+            if admitted and max(longest, seq.prefill_tokens) * (len(admitted) + 1) > budget:
                 break
             self._waiting.popleft()
-            if seq.cancelled:
-                self.metrics.cancelled.labels(self.name).inc()
-                continue
             longest = max(longest, seq.prefill_tokens)
             free -= seq.rows
             self.metrics.queue_time.labels(self.name).observe(now - seq.enqueued)
-            admitted.append(seq)
             seq.admitted = now
             if seq.timing is not None:
                 seq.timing.admit(seq.enqueued, now)
+            admitted.append(seq)
         return admitted
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    async def _prefill(self, newcomers: list[Sequence]) -> None:
+    def _prefill(self, newcomers: list[SeqT], failures: list[Failed]) -> list[Emit]:
+        """Prefill the newcomers and join them to the batch. A failed prefill leaves the running batch
+        untouched (concatenate builds a new one); with several newcomers each is retried alone, so only
+        the request at fault fails."""
         self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
-        self._prefilling = newcomers  # stop() fails them if it cancels us mid-call
         try:
-            emits, batch = await self._call(self._prefill_and_join, newcomers)
-        except Exception as exc:  # the running batch is untouched: concatenate builds a new one
-            self._prefilling = []
-            if len(newcomers) > 1:  # find the row at fault: prefill each alone, so only its request fails
-                for seq in newcomers:
-                    await self._prefill([seq])
-                return
-            self._fail(newcomers, exc)
-            return
-        self._prefilling = []
-        self._emit(emits)
-        self._batch = batch
+            emits, batch = self.model.prefill(newcomers)
+            if batch is not None and batch.sequences:
+                self._batch = batch if self._batch is None else self._batch.concatenate(batch)
+        except Exception as exc:
+            if len(newcomers) == 1:
+                failures.append((list(newcomers), self._engine_error(exc, newcomers)))
+                return []
+            return [emit for seq in newcomers for emit in self._prefill([seq], failures)]
+        return emits
 
-    def _prefill_and_join(self, newcomers: list[Sequence]) -> tuple[list[Emit], DecodeBatch | None]:
-        emits, batch = self.model.prefill(newcomers)
-        if batch is None:
-            return emits, self._batch
-        return emits, batch if self._batch is None else self._batch.concatenate(batch)
-
-    async def _decode(self) -> None:
-        assert self._batch is not None
+    def _decode(self) -> tuple[list[Emit], list[Failed]]:
+        """One step; the batch is replaced by what is left of it: unfinished and not cancelled."""
         batch = self._batch
+        assert batch is not None
         self.metrics.batch_size.labels(self.name, "decode").observe(batch.rows)
         try:
-            emits, self._batch = await self._call(self._step, batch)
+            emits = batch.step()
         except Exception as exc:  # every sequence of a failed batch gets the error
             self._batch = None
-            self._fail(batch.sequences, exc)
-            return
-        self._emit(emits)
-
-    def _step(self, batch: DecodeBatch) -> tuple[list[Emit], DecodeBatch | None]:
-        emits = batch.step()
+            return [], [(list(batch.sequences), self._engine_error(exc, batch.sequences))]
         alive = [s for s in batch.sequences if not s.cancelled]
-        if len(alive) == len(batch.sequences):
-            return emits, batch if alive else None
-        self.metrics.cancelled.labels(self.name).inc(len(batch.sequences) - len(alive))
-        return emits, batch.filter(alive) if alive else None
+        if len(alive) < len(batch.sequences):
+            self.metrics.cancelled.labels(self.name).inc(len(batch.sequences) - len(alive))
+        self._batch = (batch if len(alive) == len(batch.sequences) else batch.filter(alive)) if alive else None
+        return emits, []
 
-    def _emit(self, emits: list[Emit]) -> None:
-        for emit in emits:
-            emit.sequence.events.put_nowait(emit.event)
-            if emit.final:
-                emit.sequence.done = True
-                self.metrics.e2e_latency.labels(self.name).observe(time.perf_counter() - emit.sequence.enqueued)
+    def _engine_error(self, exc: Exception, sequences: list[SeqT]) -> EngineError:
+        if isinstance(exc, EngineError):
+            return exc
+        log.error("%s: batch of %d sequences failed: %s", self.name, len(sequences), exc, exc_info=exc)
+        return InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
 
-    def _fail(self, sequences: list[Sequence], exc: BaseException) -> None:
-        if not isinstance(exc, EngineError):
-            log.error("%s: batch of %d sequences failed: %s", self.name, len(sequences), exc, exc_info=exc)
-            exc = InferenceFailed(f"{self.name}: inference failed (the server log has the details)")
-        for seq in sequences:
-            if not seq.done:
-                seq.done = True
-                seq.events.put_nowait(Failure(exc))
+    def _hand_over(self, emits: list[Emit], failures: list[Failed]) -> None:
+        """The step's one hand-off to the event loop, for every sequence at once."""
+        if (emits or failures) and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, emits, failures)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
 
     def _set_gauges(self) -> None:
         self.metrics.queue_depth.labels(self.name).set(len(self._waiting))
-        self.metrics.running.labels(self.name).set(self._batch.rows if self._batch else 0)
+        inflight = list(self._inflight)
+        self.metrics.running.labels(self.name).set(len(inflight))
+        self.metrics.running_rows.labels(self.name).set(sum(s.rows for s in inflight))

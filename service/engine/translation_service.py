@@ -1,17 +1,16 @@
-"""The translation service: what the engine hands a translation request to. It validates and tokenizes,
+"""The translation service: what the engine hands a translation job to. It validates and tokenizes,
 builds one sequence per source text, and queues them on the model's scheduler."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from concurrent.futures import Executor
-from dataclasses import replace
+from dataclasses import dataclass
 
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import Scheduler, collect
+from service.engine.scheduler import Scheduler
 from service.engine.translation import (
     TranslationModel,
     TranslationParams,
@@ -27,24 +26,29 @@ MAX_BEAMS = 16
 WARMUP_TEXTS = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
 
 
-class TranslationService:
-    """What the API calls: validate and tokenize, queue one sequence per source, wait for all."""
+@dataclass(frozen=True)
+class TranslationJob:
+    """A translation request: one sequence per text; `fields` names each text in errors. With
+    `params.stream`, one text whose events are a TranslationPiece per target token, then its result."""
 
+    texts: list[str]
+    fields: list[str]
+    params: TranslationParams
+    model: str | None = None  # None: the task's default model
+
+
+class TranslationService:
     def __init__(
-        self,
-        artifact: Artifact,
-        encoder: GraphSession,
-        decoder: GraphSession,
-        settings: Settings,
-        executor: Executor,
-        metrics: Metrics,
+        self, artifact: Artifact, encoder: GraphSession, decoder: GraphSession, settings: Settings, metrics: Metrics
     ) -> None:
         self.artifact = artifact
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
         self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
-        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, executor, metrics)
+        self.scheduler: Scheduler[TranslationSequence] = Scheduler.from_settings(
+            self.name, self.model, settings, metrics
+        )
 
     @property
     def max_source_tokens(self) -> int:
@@ -70,8 +74,6 @@ class TranslationService:
             raise InvalidInput(f"must be <= {self.max_target_tokens}", "max_new_tokens")
         if params.return_attention and not self.model.decoder_attention:
             raise InvalidInput("this model's graphs do not export attention weights", "return_attention")
-        if items > self.settings.max_queue_size:
-            raise InvalidInput(f"at most {self.settings.max_queue_size} texts per request", "text")
 
     def tokenize(self, texts: list[str], fields: list[str]) -> list[list[int]]:
         encoded = self.tokenizer.encode_batch(texts)
@@ -89,12 +91,13 @@ class TranslationService:
         for beams in sorted({1, min(2, self.settings.max_batch_size)}):
             params = TranslationParams(num_beams=beams)
             sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
-            self.scheduler.submit(list(sequences))
-            await collect([self._result(seq, None) for seq in sequences])
+            await self.scheduler.submit(sequences, None, "text").results()
 
-    def _submit(self, texts: list[str], fields: list[str], params: TranslationParams) -> list[TranslationSequence]:
-        self.check(params, len(texts))
-        sources = self.tokenize(texts, fields)
+    def submit(self, job: TranslationJob) -> Handle[TranslationPiece, TranslationResult]:
+        """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
+        params = job.params
+        self.check(params, len(job.texts))
+        sources = self.tokenize(job.texts, job.fields)
         sequences = [
             TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
             for src in sources
@@ -108,29 +111,7 @@ class TranslationService:
                 for s in sequences
             )
             check_budget(values, self.settings.max_attention_values)
-        self.scheduler.submit(list(sequences))
-        return sequences
-
-    def _deadline(self) -> float:
-        return time.monotonic() + self.settings.request_timeout_s
-
-    async def translate(
-        self, texts: list[str], fields: list[str], params: TranslationParams
-    ) -> list[TranslationResult]:
-        sequences = self._submit(texts, fields, params)
-        deadline = self._deadline()
-        return await collect([self._result(seq, deadline) for seq in sequences])
-
-    def stream(
-        self, texts: list[str], fields: list[str], params: TranslationParams
-    ) -> AsyncIterator[TranslationPiece | TranslationResult]:
-        """One text, greedy or sampled: a TranslationPiece per target token, then the TranslationResult."""
-        (seq,) = self._submit(texts, fields, replace(params, stream=True))
-        return seq.stream(self._deadline())
-
-    async def _result(self, seq: TranslationSequence, deadline: float | None) -> TranslationResult:
-        result = None
-        async for event in seq.stream(deadline):
-            result = event
-        assert isinstance(result, TranslationResult)
-        return result
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        handle = self.scheduler.submit(sequences, deadline, job.fields[0].partition("[")[0])
+        handle.prompt_ids = sources
+        return handle

@@ -18,11 +18,11 @@ async def test_queue_full_is_429_for_single_and_batch(serving, slow_down) -> Non
     async with serving(max_batch_size=1, max_queue_size=2) as s:
         gate = slow_down(s.engine.classifier.model.session)
         gate.clear()  # the model is stuck: the first request runs, the second fills the queue, the rest overflow
-        batcher, metric = s.engine.classifier.batcher, s.engine.metrics.registry.get_sample_value
+        scheduler, metric = s.engine.classifier.scheduler, s.engine.metrics.registry.get_sample_value
         first = asyncio.ensure_future(s.client.post("/v1/classify", json={"text": "one"}))
-        await wait_until(lambda: metric("serve_batch_size_count", {"model": "classifier", "phase": "batch"}) == 1)
+        await wait_until(lambda: metric("serve_batch_size_count", {"model": "classifier", "phase": "prefill"}) == 1)
         second = asyncio.ensure_future(s.client.post("/v1/classify", json={"text": ["two", "two more"]}))
-        await wait_until(lambda: batcher.depth == 2)  # one item runs (stuck), two wait
+        await wait_until(lambda: scheduler.waiting == 2)  # one item runs (stuck), two wait
         for body in ({"text": "three"}, {"text": ["four", "five"]}):
             r = await s.client.post("/v1/classify", json=body)
             assert r.status_code == 429 and r.json()["error"]["type"] == "queue_full"

@@ -1,6 +1,6 @@
 import numpy as np
 
-from service.engine.classification import ClassifyInput
+from service.engine.classification import ClassificationJob, ClassifyInput
 
 INPUTS: list[ClassifyInput] = [
     "The movie was wonderful.",
@@ -14,8 +14,12 @@ async def test_batched_scores_equal_single_scores(serving) -> None:
     async with serving(max_batch_size=8, max_wait_ms=50) as s:
         clf = s.engine.classifier
         fields = [f"text[{i}]" for i in range(len(INPUTS))]
-        batched = await clf.classify(INPUTS, fields)
-        singles = [(await clf.classify([x], ["text"]))[0] for x in INPUTS]
+        batched = await clf.submit(ClassificationJob(INPUTS, fields)).results()
+        singles = [await clf.submit(ClassificationJob([x], ["text"])).result() for x in INPUTS]
+        prefills = s.engine.metrics.registry.get_sample_value(
+            "serve_batch_size_count", {"model": "classifier", "phase": "prefill"}
+        )
+        assert prefills == 1 + len(INPUTS)  # the four texts of one request ran as one batch
     for b, one in zip(batched, singles, strict=True):
         np.testing.assert_allclose(list(b.scores.values()), list(one.scores.values()), atol=1e-5)
         assert b.label == one.label and b.input_tokens == one.input_tokens

@@ -18,8 +18,7 @@ PARAMS = [
 
 async def run(gen: GenerationService, prompt: str, params: GenerationParams) -> GenerationResult:
     seq = gen.sequence(gen.tokenize(prompt, "prompt"), params)
-    gen.submit([seq])
-    return await gen.result(seq, None)
+    return await gen.scheduler.submit([seq], None, "prompt").result()
 
 
 def ids(result: GenerationResult) -> list[int]:
@@ -54,8 +53,7 @@ async def test_a_request_joining_a_running_batch_gets_its_own_result(serving, sl
         gen = s.engine.generator
         slow_down(gen.model.session, 0.01)  # 30 steps take 0.3 s or more: the short one surely joins
         seq = gen.sequence(gen.tokenize(PROMPTS[1], "prompt"), long)
-        gen.submit([seq])
-        events = gen.events(seq, None)
+        events = gen.scheduler.submit([seq], None, "prompt").events()
         for _ in range(8):  # the long one is mid-way when the short one joins
             await anext(events)
         joined = await run(gen, PROMPTS[4], short)

@@ -1,15 +1,16 @@
-"""The continuous-batching loop with a fake model: joins, leaves, budgets, failures."""
+"""The continuous-batching loop with a fake model: joins, leaves, budgets, waits, hand-offs, failures."""
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 from typing import Any
 
 import pytest
 
-from service.engine.errors import InferenceFailed, InvalidInput, QueueFull, Unavailable
+from service.engine.errors import InferenceFailed, InvalidInput, QueueFull, RequestTimeout, Unavailable
+from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import MAX_PREFILL_TOKENS, Emit, Scheduler, Sequence
+from service.engine.scheduler import MAX_PREFILL_TOKENS, STEP_PREFILL_TOKENS, Emit, Scheduler, Sequence
 
 
 class Counting(Sequence):
@@ -35,6 +36,9 @@ class FakeBatch:
 
     def step(self) -> list[Emit]:
         self.model.steps.append(len(self.seqs))
+        self.model.step_threads.add(threading.current_thread().name)
+        if self.model.step_s:
+            time.sleep(self.model.step_s)
         if self.model.fail_at == len(self.model.steps):
             raise RuntimeError("boom")
         emits = []
@@ -55,59 +59,193 @@ class FakeBatch:
 
 
 class FakeModel:
-    def __init__(self) -> None:
+    def __init__(self, step_s: float = 0.0) -> None:
         self.prefills: list[int] = []
         self.steps: list[int] = []
+        self.step_threads: set[str] = set()
+        self.step_s = step_s
         self.fail_at = 0
 
-    def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], FakeBatch]:
+    def prefill(self, sequences: list[Counting]) -> tuple[list[Emit], FakeBatch]:
         self.prefills.append(len(sequences))
-        return [], FakeBatch(self, [s for s in sequences if isinstance(s, Counting)])
+        return [], FakeBatch(self, list(sequences))
 
 
-def scheduler(model: FakeModel, **kw: Any) -> Scheduler:
+def scheduler(model: FakeModel, **kw: Any) -> Scheduler[Counting]:
     options = {"max_rows": 4, "max_queue_size": 8, "max_wait_s": 0.0} | kw
-    return Scheduler("fake", model, executor=ThreadPoolExecutor(1), metrics=Metrics(), **options)
+    return Scheduler("fake", model, metrics=Metrics(), **options)
 
 
-async def drain(seq: Sequence) -> list[Any]:
-    return [event async for event in seq.stream()]
+def submit(s: Scheduler[Counting], seqs: list[Counting], deadline: float | None = None) -> Handle[Any, Any]:
+    return s.submit(seqs, deadline, "text")
+
+
+async def drain(handle: Handle[Any, Any]) -> list[Any]:
+    return [event async for event in handle.events()]
+
+
+def gauge(s: Scheduler[Counting], name: str) -> float | None:
+    return s.metrics.registry.get_sample_value(name, {"model": "fake"})
 
 
 async def test_sequences_join_and_leave_and_get_their_own_events() -> None:
     model = FakeModel()
     s = scheduler(model)
     s.start()
-    short, long = Counting(2), Counting(6)
-    s.submit([long])
-    s.submit([short])
+    long = submit(s, [Counting(6)])
+    short = submit(s, [Counting(2)])
     assert await drain(short) == [0, 1, "done"]
     assert await drain(long) == [0, 1, 2, 3, 4, 5, "done"]
     assert max(model.steps) == 2 and model.steps[-1] == 1  # ran together, then alone
+    assert model.step_threads == {"serve-fake"}  # on the model's worker thread, never on the loop
     await s.stop(Unavailable("stop"))
 
 
-async def test_rows_and_prefill_budget_limit_admission() -> None:
+async def test_one_handle_interleaves_its_sequences_and_returns_results_in_order() -> None:
+    s = scheduler(FakeModel())
+    s.start()
+    handle = submit(s, [Counting(3), Counting(1)])
+    events = [item async for item in handle.indexed_events()]
+    assert [e for i, e in events if i == 0] == [0, 1, 2, "done"] and [e for i, e in events if i == 1] == [0, "done"]
+    assert await submit(s, [Counting(2), Counting(1)]).results() == ["done", "done"]
+    await s.stop(Unavailable("stop"))
+
+
+async def test_rows_limit_admission() -> None:
     model = FakeModel()
     s = scheduler(model, max_rows=4)
-    seqs = [Counting(3, rows=2) for _ in range(3)]  # only two fit at once
-    big = [Counting(1, prompt=MAX_PREFILL_TOKENS // 2 + 1) for _ in range(2)]  # one per prefill
-    s.submit(seqs)
+    handles = [submit(s, [Counting(3, rows=2)]) for _ in range(3)]  # only two fit at once
     s.start()
-    await asyncio.gather(*(drain(x) for x in seqs))
+    await asyncio.gather(*(drain(h) for h in handles))
     assert model.prefills[0] == 2 and max(model.steps) == 2
-    s.submit(big)
-    await asyncio.gather(*(drain(x) for x in big))
-    assert model.prefills[-2:] == [1, 1]
+    await s.stop(Unavailable("stop"))
+
+
+async def test_prefill_budget_is_smaller_while_a_batch_runs() -> None:
+    """Idle: newcomers share one prefill up to MAX_PREFILL_TOKENS. Running: long prompts join over
+    several steps (STEP_PREFILL_TOKENS each), so the running stream keeps getting tokens between them."""
+    model = FakeModel(step_s=0.002)
+    s = scheduler(model, max_rows=8, max_queue_size=16)
+    long = STEP_PREFILL_TOKENS // 2 + 1  # two do not fit in one step's budget
+    idle = [Counting(1, prompt=long) for _ in range(3)]
+    queued = submit(s, idle)
+    s.start()
+    await queued.results()
+    assert model.prefills[0] == 3 and 3 * long <= MAX_PREFILL_TOKENS  # all three in one prefill
+    model.prefills.clear()
+    running = submit(s, [Counting(40)])
+    events = running.events()
+    await anext(events)  # it is decoding
+    joiners = submit(s, [Counting(1, prompt=long) for _ in range(3)])
+    await joiners.results()
+    assert model.prefills == [1, 1, 1, 1]  # the running one, then each long prompt in its own step
+    assert [e async for e in events][-1] == "done"
+    huge = submit(s, [Counting(1, prompt=MAX_PREFILL_TOKENS // 2 + 1) for _ in range(2)])
+    await huge.results()
+    assert model.prefills[-2:] == [1, 1]  # one prompt over the budget still runs, alone
+    await s.stop(Unavailable("stop"))
+
+
+async def test_a_lone_request_at_an_idle_model_does_not_wait_for_company() -> None:
+    s = scheduler(FakeModel(), max_wait_s=5.0)
+    s.start()
+    started = time.perf_counter()
+    assert await submit(s, [Counting(1)]).result() == "done"
+    assert time.perf_counter() - started < 1.0
+    await s.stop(Unavailable("stop"))
+
+
+async def test_a_burst_at_an_idle_model_waits_for_a_full_batch() -> None:
+    model = FakeModel()
+    s = scheduler(model, max_rows=4, max_wait_s=0.5)
+    s.start()
+    first = submit(s, [Counting(1), Counting(1)])  # a burst: more than one is waiting
+    await asyncio.sleep(0.05)
+    second = submit(s, [Counting(1), Counting(1)])  # fills the batch: no more waiting
+    started = time.perf_counter()
+    await asyncio.gather(first.results(), second.results())
+    assert model.prefills == [4] and time.perf_counter() - started < 0.4
+    await s.stop(Unavailable("stop"))
+
+
+async def test_the_worker_does_not_wait_for_the_event_loop_and_hands_over_once_per_step() -> None:
+    model = FakeModel(step_s=0.001)
+    s = scheduler(model)
+    handovers: list[int] = []
+    deliver = s._deliver
+
+    def counting(emits: list[Emit], failures: list[Any]) -> None:
+        handovers.append(len(emits))
+        deliver(emits, failures)
+
+    s._deliver = counting  # type: ignore[method-assign]
+    s.start()
+    handle = submit(s, [Counting(30) for _ in range(3)])
+    time.sleep(0.5)  # the event loop is blocked: the worker still runs every step
+    assert len(model.steps) == 30
+    results = await handle.results()
+    assert results == ["done"] * 3
+    decode = [n for n in handovers if n]
+    assert len(decode) == 30 and all(n >= 3 for n in decode)  # one hand-off per step, for all three
     await s.stop(Unavailable("stop"))
 
 
 async def test_limits() -> None:
     s = scheduler(FakeModel(), max_rows=2, max_queue_size=2)
     with pytest.raises(InvalidInput):
-        s.submit([Counting(1, rows=3)])
+        submit(s, [Counting(1, rows=3)])
+    with pytest.raises(InvalidInput) as many:
+        submit(s, [Counting(1), Counting(1), Counting(1)])  # more than the queue could ever hold
+    assert many.value.field == "text"
+    submit(s, [Counting(1)])
     with pytest.raises(QueueFull):
-        s.submit([Counting(1), Counting(1), Counting(1)])
+        submit(s, [Counting(1), Counting(1)])
+    assert s.metrics.registry.get_sample_value("serve_rejected_total", {"model": "fake", "reason": "queue_full"}) == 1
+
+
+async def test_cancelled_waiting_sequences_leave_the_queue_at_once() -> None:
+    s = scheduler(FakeModel(), max_queue_size=2)
+    gone = submit(s, [Counting(1), Counting(1)])
+    gone.cancel()
+    assert s.waiting == 0 and gauge(s, "serve_queue_depth") == 0
+    assert gauge(s, "serve_cancelled_total") == 2
+    submit(s, [Counting(1), Counting(1)])  # the slots are free again
+
+
+async def test_running_counts_sequences_and_rows_apart() -> None:
+    model = FakeModel(step_s=0.005)
+    s = scheduler(model)
+    s.start()
+    handle = submit(s, [Counting(50, rows=2)])
+    events = handle.events()
+    await anext(events)
+    assert s.running == 1 and gauge(s, "serve_running_sequences") == 1 and gauge(s, "serve_running_rows") == 2
+    await events.aclose()  # the reader leaves: the sequence leaves the batch after this step
+    for _ in range(200):
+        if s.running == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert s.running == 0 and gauge(s, "serve_running_rows") == 0 and len(model.steps) < 50
+    await s.stop(Unavailable("stop"))
+
+
+async def test_deadline_is_a_timeout_and_cancels() -> None:
+    model = FakeModel(step_s=0.01)
+    s = scheduler(model)
+    s.start()
+    handle = submit(s, [Counting(1000)], deadline=time.monotonic() + 0.1)
+    with pytest.raises(RequestTimeout):
+        await drain(handle)
+    assert handle.sequences[0].cancelled
+    await s.stop(Unavailable("stop"))
+
+
+async def test_calls_run_on_the_worker_thread() -> None:
+    s = scheduler(FakeModel())
+    s.start()
+    name = await asyncio.get_running_loop().run_in_executor(s.executor, lambda: threading.current_thread().name)
+    assert name == "serve-fake"
+    await s.stop(Unavailable("stop"))
 
 
 async def test_a_failed_step_fails_every_sequence_in_the_batch_only() -> None:
@@ -115,24 +253,27 @@ async def test_a_failed_step_fails_every_sequence_in_the_batch_only() -> None:
     model.fail_at = 2
     s = scheduler(model)
     s.start()
-    a, b = Counting(5), Counting(5)
-    s.submit([a, b])
-    for seq in (a, b):
+    a, b = submit(s, [Counting(5)]), submit(s, [Counting(5)])
+    for handle in (a, b):
         with pytest.raises(InferenceFailed):
-            await drain(seq)
-    later = Counting(2)
-    s.submit([later])
-    assert await drain(later) == [0, 1, "done"]
+            await drain(handle)
+    assert await drain(submit(s, [Counting(2)])) == [0, 1, "done"]
     await s.stop(Unavailable("stop"))
 
 
 async def test_stop_fails_waiting_and_running() -> None:
-    s = scheduler(FakeModel())
-    waiting = Counting(3)
-    s.submit([waiting])
+    model = FakeModel(step_s=0.01)
+    s = scheduler(model, max_rows=1)
+    s.start()
+    running = submit(s, [Counting(1000)])
+    waiting = submit(s, [Counting(3)])
+    await anext(running.events())
     await s.stop(Unavailable("shutting down"))
+    for handle in (running, waiting):
+        with pytest.raises(Unavailable):
+            await drain(handle)
     with pytest.raises(Unavailable):
-        await drain(waiting)
+        submit(s, [Counting(1)])
 
 
 async def test_stop_during_prefill_fails_the_newcomers() -> None:
@@ -141,7 +282,7 @@ async def test_stop_during_prefill_fails_the_newcomers() -> None:
     loop = asyncio.get_running_loop()
     original = model.prefill
 
-    def slow_prefill(sequences: list[Sequence]) -> tuple[list[Emit], FakeBatch]:
+    def slow_prefill(sequences: list[Counting]) -> tuple[list[Emit], FakeBatch]:
         loop.call_soon_threadsafe(started.set)
         release.wait(5)
         return original(sequences)
@@ -149,32 +290,32 @@ async def test_stop_during_prefill_fails_the_newcomers() -> None:
     model.prefill = slow_prefill  # type: ignore[method-assign]
     s = scheduler(model)
     s.start()
-    seq = Counting(3)
-    s.submit([seq])
+    handle = submit(s, [Counting(3)])
     await started.wait()
     await s.stop(Unavailable("shutting down"))
     release.set()
     with pytest.raises(Unavailable):
-        await drain(seq)
+        await drain(handle)
 
 
 async def test_a_bad_newcomer_fails_only_its_own_request() -> None:
     model = FakeModel()
-    original = model.prefill
+    original, tried = model.prefill, []
 
-    def picky_prefill(sequences: list[Sequence]) -> tuple[list[Emit], FakeBatch]:
-        if any(getattr(s, "length", 0) == 99 for s in sequences):  # one row the graph cannot run
+    def picky_prefill(sequences: list[Counting]) -> tuple[list[Emit], FakeBatch]:
+        tried.append(len(sequences))
+        if any(s.length == 99 for s in sequences):  # one row the graph cannot run
             raise RuntimeError("indices element out of data bounds")
         return original(sequences)
 
     model.prefill = picky_prefill  # type: ignore[method-assign]
     s = scheduler(model, max_wait_s=0.05)
+    good, bad, other = submit(s, [Counting(2)]), submit(s, [Counting(99)]), submit(s, [Counting(3)])
     s.start()
-    good, bad, other = Counting(2), Counting(99), Counting(3)
-    s.submit([good, bad, other])
     assert await drain(good) == [0, 1, "done"]
     assert await drain(other) == [0, 1, 2, "done"]
     with pytest.raises(InferenceFailed) as failed:
         await drain(bad)
     assert "out of data bounds" not in failed.value.message
+    assert tried == [3, 1, 1, 1]  # together first, then each alone
     await s.stop(Unavailable("stop"))

@@ -1,6 +1,7 @@
 """Batched greedy and beam search on the tiny translator: same results alone or batched."""
 
 import asyncio
+import dataclasses
 import itertools
 
 from service.engine.generation import GenerationParams
@@ -11,13 +12,13 @@ from service.engine.translation import (
     TranslationResult,
     banned_ngram_tokens,
 )
-from service.engine.translation_service import TranslationService
+from service.engine.translation_service import TranslationJob, TranslationService
 
 TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
 
 
 async def translate(tr: TranslationService, texts: list[str], params: TranslationParams) -> list[TranslationResult]:
-    return await tr.translate(texts, ["text"] * len(texts), params)
+    return await tr.submit(TranslationJob(texts, ["text"] * len(texts), params)).results()
 
 
 def summary(results: list[TranslationResult]) -> list[list[tuple[tuple[int, ...], float]]]:
@@ -46,7 +47,8 @@ async def test_streamed_sequence_beside_a_batch_gets_its_own_tokens(serving) -> 
         (alone,) = await translate(tr, [TEXTS[0]], params)
 
         async def stream() -> list[TranslationPiece | TranslationResult]:
-            return [event async for event in tr.stream([TEXTS[0]], ["text"], params)]
+            job = TranslationJob([TEXTS[0]], ["text"], dataclasses.replace(params, stream=True))
+            return [event async for event in tr.submit(job).events()]
 
         streamed, *_ = await asyncio.gather(
             stream(), translate(tr, TEXTS, params), translate(tr, TEXTS[1:], TranslationParams(num_beams=3))
@@ -108,6 +110,5 @@ async def test_io_binding_path_gives_the_same_results(serving) -> None:
             seq = gen.sequence(
                 gen.tokenize("Hello", "prompt"), GenerationParams(8, SamplingParams(seed=1), ignore_eos=True)
             )
-            gen.submit([seq])
-            results[-1].append([t.id for t in (await gen.result(seq, None)).tokens])
+            results[-1].append([t.id for t in (await gen.scheduler.submit([seq], None, "prompt").result()).tokens])
     assert results[0] == results[1]
