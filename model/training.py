@@ -125,9 +125,9 @@ def plot_history(history: list[dict[str, float]], path: Path, title: str) -> Non
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    steps = [h["step"] for h in history]
-    ax.plot(steps, [h["train_loss"] for h in history], label="train loss")
-    ax.plot(steps, [h["val_loss"] for h in history], label="validation loss")
+    trained = [h for h in history if "train_loss" in h]  # entries carried over from a card keep no train loss
+    ax.plot([h["step"] for h in trained], [h["train_loss"] for h in trained], label="train loss")
+    ax.plot([h["step"] for h in history], [h["val_loss"] for h in history], label="validation loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)

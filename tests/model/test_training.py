@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from pathlib import Path
 
@@ -9,10 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
+from model import export  # noqa: E402
 from model.checkpoint import weights_from_artifact  # noqa: E402
-from model.export import build_tiny_model, export_model, round_weights_to_fp16  # noqa: E402
+from model.export import export_model, round_weights_to_fp16  # noqa: E402
 from model.training import TrainSettings, TrainState, learning_rate, train  # noqa: E402
 from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
+from tiny_models import build_tiny_model  # noqa: E402
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:
@@ -73,7 +77,10 @@ class Linear(torch.nn.Linear):
 
 def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=110, eval_every=5)  # steps in total
-    carried = TrainState(step=100, elapsed_s=600.0, items_seen=6400, segments=[{"origin": "earlier", "steps": 100}])
+    # A card's history keeps no train loss (model/recipes.py training_record): the loss plot must cope.
+    card_history = [{"step": 100, "minutes": 10.0, "val_loss": 1.0, "segment": 0}]
+    carried = TrainState(step=100, elapsed_s=600.0, items_seen=6400, history=card_history,
+                         segments=[{"origin": "earlier", "steps": 100}])
     state = train(Linear(), CountingTask(), tmp_path / "fresh", settings, start=carried, origin="an artifact")
     assert (state.step, state.items_seen) == (110, 6400 + 10 * 64)
     assert [s["origin"] for s in state.segments[-2:]] == ["earlier", "an artifact"]
@@ -81,14 +88,25 @@ def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
     settings.max_steps = 115
     resumed = train(Linear(), CountingTask(), tmp_path / "fresh", settings)
     assert resumed.step == 115 and resumed.segments[-1]["origin"].startswith("resumed")
-    assert [h["segment"] for h in resumed.history] == [1, 1, 2]
+    assert [h["segment"] for h in resumed.history] == [0, 1, 1, 2]
+    assert (tmp_path / "fresh" / "loss.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("kind", ["translator", "generator", "classifier"])
-def test_weights_are_recovered_exactly_from_an_exported_artifact(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "logits_to_keep"),
+                         [("translator", True), ("generator", True), ("generator", False), ("classifier", True)])
+def test_weights_are_recovered_exactly_from_an_exported_artifact(
+    kind: str, logits_to_keep: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From this exporter's artifacts, and from a generator exported before its graph took logits_to_keep
+    (the committed one): the reference export follows the artifact's variant."""
     model, tokenizer = build_tiny_model(kind)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
+    if not logits_to_keep:
+        monkeypatch.setitem(export.SPECS, kind, functools.partial(export.generator_specs, logits_to_keep=False))
     export_model(kind, model, tmp_path / "tokenizer.json", tmp_path / kind, int8=False)
+    monkeypatch.undo()
+    names = [i["name"] for i in json.loads((tmp_path / kind / "config.json").read_text())["graphs"]["decoder" if kind == "generator" else "encoder"]["inputs"]]
+    assert ("logits_to_keep" in names) == (logits_to_keep and kind == "generator")
     round_weights_to_fp16(model)  # what the fp16-stored graph holds
     recovered, unused = weights_from_artifact(kind, tmp_path / kind)
     # Only the classifier's pretraining heads (MLM, NSP) are in no graph.
