@@ -1,8 +1,10 @@
 """Decoder-only generation with continuous batching and a KV cache.
 
 `GenerationModel.prefill` runs the prompts of newcomers as one left-padded batch (empty past) and
-samples their first token; `GenerationBatch.step` feeds one token per row against the cache. Each row
-keeps its own sampler (own RNG) and detokenizer, so its tokens do not depend on its neighbours.
+samples their first token; `GenerationBatch.step` feeds one token per row against the cache. Tokens are
+chosen for the whole batch at once (`chooser`), each row with its own seed, and each row keeps its own
+detokenizer, so its tokens do not depend on its neighbours. The end token ends a row without being one
+of its tokens (`stopping`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from service.engine.attention import stack_rows, to_json
+from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
-from service.engine.sampling import Sampler, SamplingParams, log_softmax
+from service.engine.sampling import SamplingParams
 from service.engine.scheduler import Emit, Sequence
+from service.engine.stopping import END, StopRows, release
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
@@ -55,10 +59,11 @@ class GenerationResult:
     text: str
     finish_reason: str  # eos | stop | length
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int  # len(tokens): the end token is not one
     seed: int
     tokens: list[TokenEvent]
     attention: dict[str, Any] | None = None
+    tail: str = ""  # text the end token released (held back as a possible stop string); in `text`, in no event
 
 
 class GenerationSequence(Sequence):
@@ -74,14 +79,15 @@ class _Row:
     def __init__(self, seq: GenerationSequence, model: GenerationModel) -> None:
         self.seq = seq
         self.params = seq.params
-        self.sampler = Sampler(seq.params.sampling, model.vocab_size, seq.prompt_ids)
         self.text = TextStream(model.tokenizer, seq.params.stop)
         self.pieces: list[str] = []
         self.tokens: list[TokenEvent] = []
+        self.tail = ""
         self.attention: list[list[np.ndarray]] = []  # per layer: query-row blocks [H, q, k]
         self.last_token_at: float | None = None
         self.first_token_at: float | None = None
         self.finished = False
+        self.seed = 0
 
 
 class GenerationModel:
@@ -133,7 +139,14 @@ class GenerationModel:
             if row.params.return_attention:
                 n = len(row.seq.prompt_ids)
                 row.attention = [[a[b, :, S - n :, S - n :]] for a in attn]  # [H, n, n]
-        batch = GenerationBatch(self, rows, cache, np.zeros((B, 1), dtype=np.int64))
+        params = [r.params for r in rows]
+        chooser = ChooserRows.create(
+            [p.sampling for p in params], self.vocab_size, [r.seq.prompt_ids for r in rows], [p.logprobs for p in params]
+        )
+        for row, seed in zip(rows, chooser.seed.tolist(), strict=True):
+            row.seed = seed
+        stops = StopRows.create([p.max_new_tokens for p in params], [p.ignore_eos for p in params])
+        batch = GenerationBatch(self, rows, cache, np.zeros((B, 1), dtype=np.int64), chooser, stops)
         emits = batch.select(logits)
         return emits, batch.drop_finished()
 
@@ -141,7 +154,8 @@ class GenerationModel:
         self._record_finish(row, reason)
         attention = None
         if row.params.return_attention and row.attention:
-            fed = row.seq.prompt_ids + [t.id for t in row.tokens[:-1]]  # the last token was never fed
+            drawn = [t.id for t in row.tokens]
+            fed = row.seq.prompt_ids + (drawn if reason == "eos" else drawn[:-1])  # the last one drawn was never fed
             layers = [stack_rows(blocks, len(fed)) for blocks in row.attention]
             attention = {"tokens": [self.tokenizer.id_to_token(t) for t in fed], "layers": [to_json(a) for a in layers]}
         return GenerationResult(
@@ -149,9 +163,10 @@ class GenerationModel:
             finish_reason=reason,
             prompt_tokens=len(row.seq.prompt_ids),
             completion_tokens=len(row.tokens),
-            seed=row.sampler.seed,
+            seed=row.seed,
             tokens=row.tokens,
             attention=attention,
+            tail=row.tail,
         )
 
     def _record_finish(self, row: _Row, reason: str) -> None:
@@ -162,17 +177,34 @@ class GenerationModel:
                 self.prefill_time.observe(row.first_token_at - row.seq.admitted)
             self.decode_time.observe(time.perf_counter() - row.first_token_at)
 
-    def top_logprobs(self, logprobs: np.ndarray, k: int) -> list[TopLogprob]:
-        top = np.argsort(-logprobs, kind="stable")[:k]
-        return [TopLogprob(int(t), self.tokenizer.decode([int(t)]), float(logprobs[t])) for t in top]
+    def event(self, row: _Row, b: int, token: int, piece: str, choice: Choice) -> TokenEvent:
+        """Row b's token event, with the logprobs the chooser computed if the row asked."""
+        k = row.params.logprobs
+        logprob, top = None, None
+        if k is not None and choice.logprobs is not None:
+            logprob = float(choice.logprobs[b])
+            if k > 0 and choice.top_ids is not None and choice.top_logprobs is not None:
+                ids, values = choice.top_ids[b, :k].tolist(), choice.top_logprobs[b, :k].tolist()
+                top = [TopLogprob(t, self.tokenizer.decode([t]), v) for t, v in zip(ids, values, strict=True)]
+        return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top)
 
 
 class GenerationBatch:
-    def __init__(self, model: GenerationModel, items: list[_Row], cache: KVCache, next_ids: np.ndarray) -> None:
+    def __init__(
+        self,
+        model: GenerationModel,
+        items: list[_Row],
+        cache: KVCache,
+        next_ids: np.ndarray,
+        chooser: ChooserRows,
+        stops: StopRows,
+    ) -> None:
         self.model = model
         self.items = items
         self.cache = cache
         self.next_ids = next_ids  # [B, 1]: the token each row feeds next
+        self.chooser = chooser
+        self.stops = stops
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -196,38 +228,28 @@ class GenerationBatch:
         return emits
 
     def select(self, logits: np.ndarray) -> list[Emit]:
-        """Pick each row's next token from [B, V] logits; emit it, and the result if the row is done."""
+        """Choose every row's next token from [B, V] logits; emit it, and the result if the row is done."""
         m = self.model
+        choice = choose(self.chooser, logits)
+        self.chooser.observe(choice.tokens)
+        codes = self.stops.update(choice.tokens, m.eos).tolist()
+        self.next_ids[:, 0] = choice.tokens
         emits: list[Emit] = []
         now = time.perf_counter()
-        for b, row in enumerate(self.items):
-            p = row.params
-            token = row.sampler.select(logits[b])
-            row.sampler.observe(token)
-            logprob, top = None, None
-            if p.logprobs is not None:
-                lp = log_softmax(logits[b])
-                logprob = float(lp[token])
-                top = m.top_logprobs(lp, p.logprobs) if p.logprobs > 0 else None
-            piece = row.text.push(token)
-            reason = None
-            if token == m.eos and not p.ignore_eos:
-                reason = "eos"
-            elif row.text.stopped:
-                reason = "stop"
-            elif len(row.tokens) + 1 >= p.max_new_tokens:
-                reason = "length"
-            if reason is not None:
-                piece += row.text.finish()
-            event = TokenEvent(len(row.tokens), token, piece, token in m.special_ids, logprob, top)
-            row.tokens.append(event)
+        for b, (row, token) in enumerate(zip(self.items, choice.tokens.tolist(), strict=True)):
+            piece, reason = release(row.text, token, codes[b])
             row.pieces.append(piece)
-            self.next_ids[b, 0] = token
-            self._observe(row, now)
-            emits.append(Emit(row.seq, event))
+            if codes[b] == END:
+                row.tail = piece
+            else:
+                event = m.event(row, b, token, piece, choice)
+                row.tokens.append(event)
+                self._observe(row, now)
+                emits.append(Emit(row.seq, event))
             if reason is not None:
                 row.finished = True
                 emits.append(Emit(row.seq, m.result(row, reason), final=True))
+        m.tokens.inc(sum(code != END for code in codes))
         return emits
 
     def _observe(self, row: _Row, now: float) -> None:
@@ -238,13 +260,19 @@ class GenerationBatch:
         else:
             m.itl.observe(now - row.last_token_at)
         row.last_token_at = now
-        m.tokens.inc()
 
     def _take(self, keep: list[int]) -> GenerationBatch | None:
         if not keep:
             return None
         rows = np.asarray(keep, dtype=np.int64)
-        return GenerationBatch(self.model, [self.items[i] for i in keep], self.cache.take(rows), self.next_ids[rows])
+        return GenerationBatch(
+            self.model,
+            [self.items[i] for i in keep],
+            self.cache.take(rows),
+            self.next_ids[rows],
+            self.chooser.take(rows),
+            self.stops.take(rows),
+        )
 
     def drop_finished(self) -> GenerationBatch | None:
         keep = [i for i, r in enumerate(self.items) if not r.finished]
@@ -254,6 +282,7 @@ class GenerationBatch:
                 self.items = []
                 return None
             self.items, self.cache, self.next_ids = taken.items, taken.cache, taken.next_ids
+            self.chooser, self.stops = taken.chooser, taken.stops
         return self
 
     def filter(self, keep: list[Sequence]) -> GenerationBatch | None:
@@ -267,4 +296,6 @@ class GenerationBatch:
             self.items + other.items,
             KVCache.concat([self.cache, other.cache]),
             np.concatenate([self.next_ids, other.next_ids]),
+            ChooserRows.concat([self.chooser, other.chooser]),
+            StopRows.concat([self.stops, other.stops]),
         )

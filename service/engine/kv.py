@@ -67,6 +67,19 @@ class KVCache:
         start = int(np.argmax(mask.any(axis=0))) if mask.any() else mask.shape[1]
         return KVCache(mask[:, start:], [to_numpy(t)[rows, :, start:] for t in self.past])
 
+    def reorder(self, rows: np.ndarray) -> KVCache:
+        """Row i continues row rows[i] (beams). With the row count unchanged, only rows whose parent
+        changed are copied, in place: the arrays are this step's outputs, nobody else holds them."""
+        if len(rows) != self.batch or not all(isinstance(t, np.ndarray) for t in self.past):
+            return self.take(rows)  # rows come or go, or device tensors: a gather
+        changed = np.flatnonzero(rows != np.arange(self.batch))
+        if len(changed):
+            source = rows[changed]
+            for tensor in self.past:
+                tensor[changed] = tensor[source]  # the right side is a copy: overlapping rows are safe
+            self.mask[changed] = self.mask[source]
+        return self
+
     @staticmethod
     def concat(caches: list[KVCache]) -> KVCache:
         length = max(c.mask.shape[1] for c in caches)

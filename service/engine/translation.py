@@ -1,13 +1,16 @@
-"""Encoder-decoder translation: batched greedy decoding and beam search (beams are batch rows), with a
-KV cache and continuous batching.
+"""Encoder-decoder translation: greedy or sampled decoding and beam search in one batch (beams are rows),
+with a KV cache and continuous batching.
 
 `prefill` runs the encoder once for all newcomers (their cross-attention K/V is computed once per source
-and reused at every step); each `step` feeds one token per row. A request's beams are contiguous rows;
-after each step the rows are re-gathered so each new beam continues its parent's cache.
+and reused at every step); each `step` feeds one token per row. A request's rows are contiguous, in
+request order. Rows of num_beams=1 requests choose through the batch-wide chooser (penalties, logit bias,
+sampling) and stop through `stopping`; beam rows go through `beam_search`, which decides each request's
+rows for the next step; the cache is re-gathered only where a row's parent changed.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,25 +18,31 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from service.engine.attention import stack_rows, to_json
+from service.engine.beam_search import BeamPool, Finished, Targets, banned_ngrams, beam_step
+from service.engine.chooser import ChooserRows, choose
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
-from service.engine.sampling import Sampler, SamplingParams, log_softmax
+from service.engine.sampling import SamplingParams, log_softmax
 from service.engine.scheduler import Emit, Sequence
+from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
+
+GREEDY = SamplingParams(temperature=0.0)
 
 
 @dataclass(frozen=True)
 class TranslationParams:
     num_beams: int = 4
     n_best: int = 1
-    length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty
+    length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty, the end token counted
     max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap
     no_repeat_ngram_size: int = 3  # the model card measures beam 4 with this ban (README "Models")
-    sampling: SamplingParams | None = None  # None: deterministic (greedy or beam search)
+    sampling: SamplingParams | None = None  # num_beams=1: temperature, penalties, logit bias; None: greedy
     return_attention: bool = False
     stream: bool = False  # emit a TranslationPiece per token (num_beams=1 only: beams change their past)
+    stop: tuple[str, ...] = ()  # num_beams=1: the text ends before the first of these
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class Hypothesis:
     text: str
     score: float
     logprob: float
-    token_ids: list[int]
+    token_ids: list[int]  # without the end token
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class TranslationPiece:
     index: int
     id: int
     text: str
+    logprob: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class TranslationResult:
     hypotheses: list[Hypothesis]  # best first, n_best of them
     input_tokens: int
     attention: dict[str, Any] | None = None
+    tail: str = ""  # streamed text the end released (an incomplete character); in the text, in no piece
 
 
 class TranslationSequence(Sequence):
@@ -69,120 +80,30 @@ class TranslationSequence(Sequence):
 
 
 @dataclass
-class _Hyp:
-    """One beam: the tokens after bos, their summed logprob, and (if asked) its attention rows."""
+class _Attention:
+    """One row's attention rows so far, per layer: [H, 1, k] self and [H, 1, Ssrc] cross, one per step."""
 
-    tokens: list[int] = field(default_factory=list)
-    logprob: float = 0.0
-    self_attn: list[list[np.ndarray]] = field(default_factory=list)  # per layer: [H, 1, k] per step
-    cross_attn: list[list[np.ndarray]] = field(default_factory=list)  # per layer: [H, 1, Ssrc] per step
+    self_attn: list[list[np.ndarray]]
+    cross_attn: list[list[np.ndarray]]
 
-    def extend(self, token: int, logprob: float) -> _Hyp:
-        return _Hyp(
-            [*self.tokens, token],
-            self.logprob + logprob,
-            [list(rows) for rows in self.self_attn],
-            [list(rows) for rows in self.cross_attn],
-        )
+    def copy(self) -> _Attention:
+        return _Attention([list(r) for r in self.self_attn], [list(r) for r in self.cross_attn])
 
 
-def banned_ngram_tokens(tokens: list[int], n: int) -> list[int]:
-    """Tokens that would repeat an n-gram already in `tokens`."""
-    if n <= 0 or len(tokens) < n:
-        return []
-    prefix = tuple(tokens[len(tokens) - n + 1 :])
-    return [tokens[i + n - 1] for i in range(len(tokens) - n + 1) if tuple(tokens[i : i + n - 1]) == prefix]
+@dataclass
+class _Request:
+    """Worker-side state of one sequence: its finished hypotheses and, for num_beams=1, its text."""
 
+    seq: TranslationSequence
+    pool: BeamPool
+    text: TextStream | None = None  # streamed or stop strings
+    tail: str = ""
+    encoder_attention: list[np.ndarray] = field(default_factory=list)
+    last_token_at: float | None = None
 
-class _Beams:
-    """Worker-side search state of one request."""
-
-    def __init__(self, seq: TranslationSequence, model: TranslationModel) -> None:
-        self.seq = seq
-        self.params = seq.params
-        self.eos = model.eos
-        self.sampler = Sampler(seq.params.sampling, model.vocab_size) if seq.params.sampling else None
-        self.finished: list[tuple[float, _Hyp]] = []  # (score, hypothesis), best first
-        self.encoder_attention: list[np.ndarray] = []
-        self.done = False
-        self.text = TextStream(model.tokenizer) if seq.params.stream else None
-        self.streamed = 0  # tokens of the (single) hypothesis already emitted
-
-    def pieces(self, children: list[tuple[int, _Hyp]]) -> list[TranslationPiece]:
-        """Stream the greedy hypothesis: its tokens not yet emitted, with the text they complete."""
-        if self.text is None:
-            return []
-        hyp = children[0][1] if children else self.finished[0][1]
-        pieces = []
-        for token in hyp.tokens[self.streamed :]:
-            pieces.append(TranslationPiece(self.streamed, token, self.text.push(token)))
-            self.streamed += 1
-        if self.done and pieces:
-            last = pieces[-1]
-            pieces[-1] = TranslationPiece(last.index, last.id, last.text + self.text.finish())
-        return pieces
-
-    def score(self, hyp: _Hyp) -> float:
-        return float(hyp.logprob / (len(hyp.tokens) ** self.params.length_penalty))
-
-    def add_finished(self, hyp: _Hyp) -> None:
-        self.finished.append((self.score(hyp), hyp))
-        self.finished.sort(key=lambda item: -item[0])
-        del self.finished[self.params.num_beams :]
-
-    def advance(self, hyps: list[_Hyp], logits: np.ndarray, logp: np.ndarray) -> list[tuple[int, _Hyp]]:
-        """Choose the next beams from this request's rows; return (parent row, child) pairs.
-        An empty list means the request is done."""
-        for r, hyp in enumerate(hyps):
-            banned = banned_ngram_tokens(hyp.tokens, self.params.no_repeat_ngram_size)
-            logits[r, banned] = -np.inf
-            logp[r, banned] = -np.inf
-        length = len(hyps[0].tokens) + 1
-        children = self._greedy(hyps, logits, logp) if self.params.num_beams == 1 else self._beam(hyps, logp)
-        if length >= self.seq.max_new_tokens:
-            for _, child in children:
-                self.add_finished(child)
-            children = []
-        elif self.params.num_beams > 1 and children and len(self.finished) >= self.params.num_beams:
-            # Done once no running beam can beat the worst kept hypothesis (the usual heuristic).
-            best_running = max(c.logprob for _, c in children) / length**self.params.length_penalty
-            if self.finished[-1][0] >= best_running:
-                children = []
-        if not children and not self.finished:  # every candidate was banned: return what there is
-            for hyp in hyps:
-                self.add_finished(hyp)
-        self.done = not children
-        return children
-
-    def _greedy(self, hyps: list[_Hyp], logits: np.ndarray, logp: np.ndarray) -> list[tuple[int, _Hyp]]:
-        token = self.sampler.select(logits[0]) if self.sampler else int(np.argmax(logp[0]))
-        child = hyps[0].extend(token, float(logp[0, token]))
-        if token == self.eos:
-            self.add_finished(child)
-            return []
-        return [(0, child)]
-
-    def _beam(self, hyps: list[_Hyp], logp: np.ndarray) -> list[tuple[int, _Hyp]]:
-        nb = self.params.num_beams
-        scores = np.array([h.logprob for h in hyps])[:, None] + logp  # [rows, V]
-        flat = scores.ravel()
-        k = min(2 * nb, flat.size)
-        top = np.argpartition(-flat, k - 1)[:k]
-        top = top[np.lexsort((top, -flat[top]))]  # best first, ties by index: deterministic
-        children: list[tuple[int, _Hyp]] = []
-        for rank, index in enumerate(top):
-            if not np.isfinite(flat[index]):
-                break
-            row, token = divmod(int(index), logp.shape[1])
-            child = hyps[row].extend(token, float(logp[row, token]))
-            if token == self.eos:
-                if rank < nb:
-                    self.add_finished(child)
-                continue
-            children.append((row, child))
-            if len(children) == nb:
-                break
-        return children
+    @property
+    def beams(self) -> bool:
+        return self.seq.params.num_beams > 1
 
 
 class TranslationModel:
@@ -212,57 +133,76 @@ class TranslationModel:
         has_attention = all(encoder.has_output(n) for n in enc_attn) and all(decoder.has_output(n) for n in dec_attn)
         self.encoder_attention = enc_attn if has_attention else []
         self.decoder_attention = dec_attn if has_attention else []
+        self.ttft = metrics.time_to_first_token.labels(name)
+        self.itl = metrics.inter_token_latency.labels(name)
+        self.tokens = metrics.generated_tokens.labels(name)
 
     def place(self, cross: CrossState) -> CrossState:
         """Cross K/V is fed at every step: keep it on the decoder's device (a no-op on CPU)."""
         return CrossState(cross.mask, [self.decoder.place(t) for t in cross.kv])
 
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], TranslationBatch | None]:
-        beams = [_Beams(seq, self) for seq in sequences if isinstance(seq, TranslationSequence)]
-        B, S = len(beams), max(len(b.seq.src_ids) for b in beams)
+        requests = [self._request(seq) for seq in sequences if isinstance(seq, TranslationSequence)]
+        B, S = len(requests), max(len(r.seq.src_ids) for r in requests)
         ids = np.full((B, S), self.pad, dtype=np.int64)
         mask = np.zeros((B, S), dtype=np.int64)
-        for i, b in enumerate(beams):  # right padding, as the encoder was trained
-            n = len(b.seq.src_ids)
-            ids[i, :n] = b.seq.src_ids
+        for i, r in enumerate(requests):  # right padding, as the encoder was trained
+            n = len(r.seq.src_ids)
+            ids[i, :n] = r.seq.src_ids
             mask[i, :n] = 1
-        want = any(b.params.return_attention for b in beams)
+        want = any(r.seq.params.return_attention for r in requests)
         wanted = self.cross + (self.encoder_attention if want else [])
         out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, wanted, keep=self.cross)
-        hyps = []
-        for i, b in enumerate(beams):
-            hyp = _Hyp()
-            if b.params.return_attention:
-                n = len(b.seq.src_ids)
-                b.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]
-                hyp = _Hyp(self_attn=[[] for _ in range(self.n_layers)], cross_attn=[[] for _ in range(self.n_layers)])
-            hyps.append(hyp)
+        attention: list[_Attention | None] | None = None
+        if want:
+            attention = []
+            for i, r in enumerate(requests):
+                n = len(r.seq.src_ids)
+                r.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]
+                layers = range(self.n_layers) if r.seq.params.return_attention else range(0)
+                attention.append(_Attention([[] for _ in layers], [[] for _ in layers]) if layers else None)
+        greedy = [r for r in requests if not r.beams]
+        chooser = ChooserRows.create([r.seq.params.sampling or GREEDY for r in greedy], self.vocab_size, (), [0] * len(greedy))
+        stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
         cross = CrossState(mask, [out[name] for name in self.cross])
         cache = KVCache.empty(B, self.n_layers, self.artifact.n_heads, self.artifact.d_head)
+        targets = Targets.empty(B, self.artifact.max_positions)
         next_ids = np.full((B, 1), self.bos, dtype=np.int64)
-        return [], TranslationBatch(self, beams, hyps, [1] * B, cache, cross, next_ids)
+        return [], TranslationBatch(self, requests, np.ones(B, np.int64), targets, chooser, stops, attention, cache, cross, next_ids)
 
-    def result(self, beams: _Beams) -> TranslationResult:
-        best = beams.finished[: beams.params.n_best]
-        hypotheses = [
-            Hypothesis(self.tokenizer.decode(h.tokens, skip_special_tokens=True), float(s), h.logprob, h.tokens)
-            for s, h in best
-        ]
-        attention = self.attention(beams, best[0][1]) if beams.params.return_attention and best else None
-        return TranslationResult(hypotheses, len(beams.seq.src_ids), attention)
+    def _request(self, seq: TranslationSequence) -> _Request:
+        p = seq.params
+        text = TextStream(self.tokenizer, p.stop) if p.num_beams == 1 and (p.stream or p.stop) else None
+        return _Request(seq, BeamPool(p.num_beams, p.length_penalty, seq.max_new_tokens), text)
 
-    def attention(self, beams: _Beams, hyp: _Hyp) -> dict[str, Any]:
+    def result(self, req: _Request) -> TranslationResult:
+        best = req.pool.finished[: req.seq.params.n_best]
+        texts = [self.tokenizer.decode(f.tokens, skip_special_tokens=True) for f in best]
+        if req.text is not None:  # the streamed text: stop strings cut it
+            texts = [req.text.text]
+        hypotheses = [Hypothesis(t, float(f.score), float(f.logprob), f.tokens) for t, f in zip(texts, best, strict=True)]
+        self.tokens.inc(sum(len(f.tokens) for f in best))
+        attention = self.attention(req, best[0]) if req.seq.params.return_attention and best else None
+        return TranslationResult(hypotheses, len(req.seq.src_ids), attention, req.tail)
+
+    def attention(self, req: _Request, best: Finished) -> dict[str, Any]:
+        """The maps of the best hypothesis, one row per output token (an end token's row is left out)."""
+
         def names(ids: list[int]) -> list[str | None]:
             return [self.tokenizer.id_to_token(t) for t in ids]
 
-        steps = len(hyp.tokens)
+        rows: _Attention = best.extra
+        steps, heads, src = len(best.tokens), self.artifact.n_heads, len(req.seq.src_ids)
+        empty = steps == 0
         return {
-            "source_tokens": names(beams.seq.src_ids),
-            "target_tokens": names(hyp.tokens),
-            "decoder_input_tokens": names([self.bos, *hyp.tokens[:-1]]),
-            "encoder": [to_json(a) for a in beams.encoder_attention],
-            "decoder": [to_json(stack_rows(rows, steps)) for rows in hyp.self_attn],
-            "cross": [to_json(np.concatenate(rows, axis=1)) for rows in hyp.cross_attn],
+            "source_tokens": names(req.seq.src_ids),
+            "target_tokens": names(best.tokens),
+            "decoder_input_tokens": names([self.bos, *best.tokens[:-1]]),
+            "encoder": [to_json(a) for a in req.encoder_attention],
+            "decoder": [to_json(np.zeros((heads, 0, 0)) if empty else stack_rows(r[:steps], steps)) for r in rows.self_attn],
+            "cross": [
+                to_json(np.zeros((heads, 0, src)) if empty else np.concatenate(r[:steps], axis=1)) for r in rows.cross_attn
+            ],
         }
 
 
@@ -270,114 +210,201 @@ class TranslationBatch:
     def __init__(
         self,
         model: TranslationModel,
-        beams: list[_Beams],
-        hyps: list[_Hyp],
-        counts: list[int],
+        requests: list[_Request],
+        counts: np.ndarray,
+        targets: Targets,
+        chooser: ChooserRows,
+        stops: StopRows,
+        attention: list[_Attention | None] | None,
         cache: KVCache,
         cross: CrossState,
         next_ids: np.ndarray,
     ) -> None:
         self.model = model
-        self.beams = beams  # one per request
-        self.hyps = hyps  # one per row; a request's rows are contiguous
-        self.counts = counts  # rows per request
+        self.requests = requests  # a request's rows are contiguous, in this order
+        self.counts = counts  # [n] rows per request
+        self.targets = targets  # [R]
+        self.chooser, self.stops = chooser, stops  # one row per num_beams=1 request, in request order
+        self.attention = attention  # [R] when some request asked for attention maps
         self.cache = cache
         self.cross = cross
         self.next_ids = next_ids  # [R, 1]
+        self.beam = np.asarray([r.beams for r in requests], dtype=bool)
+        self.texts = np.asarray([r.text is not None for r in requests], dtype=bool)
 
     @property
     def sequences(self) -> list[Sequence]:
-        return [b.seq for b in self.beams]
+        return [r.seq for r in self.requests]
 
     @property
     def rows(self) -> int:
-        return len(self.hyps)
+        return len(self.targets)
 
     def step(self) -> list[Emit]:
         m = self.model
-        R = self.rows
-        new_mask = np.ones((R, 1), dtype=np.int64)
-        want = any(b.params.return_attention for b in self.beams)
-        wanted = ["logits", *m.present, *(m.decoder_attention if want else [])]
+        new_mask = np.ones((self.rows, 1), dtype=np.int64)
+        wanted = ["logits", *m.present, *(m.decoder_attention if self.attention is not None else [])]
         feeds = {"input_ids": self.next_ids, **self.cache.feeds(new_mask), **self.cross.feeds()}
         out = m.decoder.run(feeds, wanted, keep=m.present)
         cache = self.cache.advance(out, new_mask)
-        logits = np.array(out["logits"][:, -1], dtype=np.float64)
-        logp = log_softmax(logits)
-        if want:
+        if self.attention is not None:
             self._record_attention(out, cache)
-        m.metrics.generated_tokens.labels(m.name).inc(R)
-
+        logits = out["logits"][:, -1]
+        banned = banned_ngrams(self.targets, np.repeat([r.seq.params.no_repeat_ngram_size for r in self.requests], self.counts))
+        offsets = np.cumsum(self.counts) - self.counts
         emits: list[Emit] = []
-        parents: list[int] = []
-        beams, hyps, counts = [], [], []
-        start = 0
-        for b, count in zip(self.beams, self.counts, strict=True):
-            rows = slice(start, start + count)
-            children = b.advance(self.hyps[rows], logits[rows], logp[rows])
-            emits += [Emit(b.seq, piece) for piece in b.pieces(children)]
-            if b.done:
-                emits.append(Emit(b.seq, m.result(b), final=True))
-            else:
-                beams.append(b)
-                counts.append(len(children))
-                parents += [start + row for row, _ in children]
-                hyps += [child for _, child in children]
-            start += count
-        index = np.asarray(parents, dtype=np.int64)
-        # Every beam of a request reads the same source: re-gather the cross K/V only when the rows per
-        # request change, not when beams merely reorder.
-        same_rows = len(beams) == len(self.beams) and counts == self.counts
-        self.cross = self.cross if same_rows else m.place(self.cross.take(index))
-        self.cache = cache.take(index)
-        self.beams, self.hyps, self.counts = beams, hyps, counts
-        self.next_ids = np.array([[h.tokens[-1]] for h in hyps], dtype=np.int64).reshape(-1, 1)
+        parts = []
+        self._observe(time.perf_counter())
+        if not self.beam.all():
+            parts.append(self._choose(logits, banned, np.flatnonzero(~self.beam), offsets, emits))
+        if self.beam.any():
+            parts.append(self._search(logits, banned, np.flatnonzero(self.beam), offsets, emits))
+        request, parents, tokens, logprob = (np.concatenate(column) for column in zip(*parts, strict=True))
+        order = np.argsort(request, kind="stable")
+        self._advance(cache, request[order], parents[order], tokens[order], logprob[order])
         return emits
 
+    def _choose(
+        self, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray], requests: np.ndarray, offsets: np.ndarray,
+        emits: list[Emit],
+    ) -> tuple[np.ndarray, ...]:
+        """The num_beams=1 requests (one row each): the chooser picks, `stopping` ends them."""
+        m, rows = self.model, offsets[requests]
+        local, (ban_rows, ban_tokens) = self._local(rows), banned
+        hit = local[ban_rows] >= 0
+        x = logits if len(rows) == len(logits) else logits[rows]
+        choice = choose(self.chooser, x, (local[ban_rows[hit]], ban_tokens[hit]) if hit.any() else None)
+        self.chooser.observe(choice.tokens)
+        codes = self.stops.update(choice.tokens, m.eos)
+        assert choice.logprobs is not None  # every translation row asks: its hypothesis is scored with them
+        logprob = self.targets.logprob[rows] + choice.logprobs
+        alive = np.ones(len(rows), dtype=bool)
+        for j in np.flatnonzero(self.texts[requests] | (codes != RUNNING)).tolist():
+            req, token, code, row = self.requests[requests[j]], int(choice.tokens[j]), int(codes[j]), int(rows[j])
+            reason = "eos" if code == END else "length" if code == LENGTH else None
+            if req.text is not None:
+                piece, reason = release(req.text, token, code)
+                if code == END:
+                    req.tail = piece
+                elif req.seq.params.stream:
+                    index = int(self.targets.length[row])
+                    emits.append(Emit(req.seq, TranslationPiece(index, token, piece, float(choice.logprobs[j]))))
+            if reason is not None:
+                tokens = self.targets.tokens(row) + ([] if code == END else [token])
+                req.pool.add(float(logprob[j]), tokens, int(self.targets.length[row]) + 1, self._attention_of(row))
+                emits.append(Emit(req.seq, m.result(req), final=True))
+                alive[j] = False
+        return requests[alive], rows[alive], choice.tokens[alive], logprob[alive]
+
+    def _search(
+        self, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray], requests: np.ndarray, offsets: np.ndarray,
+        emits: list[Emit],
+    ) -> tuple[np.ndarray, ...]:
+        """The beam requests: one float32 log-softmax over their rows, then `beam_step` for all of them."""
+        counts = self.counts[requests]
+        rows = np.arange(counts.sum()) + np.repeat(offsets[requests] - (np.cumsum(counts) - counts), counts)
+        every = len(rows) == len(logits)
+        logp = log_softmax(logits if every else logits[rows])
+        local, (ban_rows, ban_tokens) = self._local(rows), banned
+        hit = local[ban_rows] >= 0
+        logp[local[ban_rows[hit]], ban_tokens[hit]] = -np.inf
+        targets = self.targets if every else self.targets.take(rows)
+        pools = [self.requests[i].pool for i in requests.tolist()]
+        step = beam_step(logp, targets, counts, pools, self.model.eos, lambda r: self._attention_of(int(rows[r])))
+        for i in requests[step.counts == 0].tolist():
+            emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
+        return np.repeat(requests, step.counts), rows[step.parents], step.tokens, step.logprob
+
+    def _local(self, rows: np.ndarray) -> np.ndarray:
+        """Batch row -> its index in `rows` (-1 elsewhere)."""
+        local = np.full(self.rows, -1, dtype=np.int64)
+        local[rows] = np.arange(len(rows))
+        return local
+
+    def _attention_of(self, row: int) -> _Attention | None:
+        return None if self.attention is None else self.attention[row]
+
+    def _observe(self, now: float) -> None:
+        m = self.model
+        for req in self.requests:
+            if req.last_token_at is None:
+                m.ttft.observe(now - req.seq.enqueued)
+            else:
+                m.itl.observe(now - req.last_token_at)
+            req.last_token_at = now
+
+    def _advance(
+        self, cache: KVCache, request: np.ndarray, parents: np.ndarray, tokens: np.ndarray, logprob: np.ndarray
+    ) -> None:
+        """Row i of the next step continues row parents[i]; requests without rows are done and leave."""
+        counts = np.bincount(request, minlength=len(self.requests))
+        keep = np.flatnonzero(counts > 0)
+        if not np.array_equal(counts, self.counts):  # every row of a request reads the same source
+            self.cross = self.model.place(self.cross.take(parents))
+        greedy = np.flatnonzero(~self.beam)
+        kept = np.flatnonzero(counts[greedy] > 0)
+        if len(kept) < len(greedy):
+            self.chooser, self.stops = self.chooser.take(kept), self.stops.take(kept)
+        if self.attention is not None:
+            rows = [self.attention[p] for p in parents.tolist()]
+            self.attention = [None if a is None else a.copy() for a in rows]
+        self.targets = self.targets.extended(parents, tokens, logprob)
+        self.cache = cache.reorder(parents)
+        self.requests, self.counts = [self.requests[i] for i in keep.tolist()], counts[keep]
+        self.beam, self.texts = self.beam[keep], self.texts[keep]
+        self.next_ids = tokens.astype(np.int64).reshape(-1, 1)
+
     def _record_attention(self, out: dict[str, Any], cache: KVCache) -> None:
+        assert self.attention is not None
         n = self.model.n_layers
         self_maps, cross_maps = self.model.decoder_attention[:n], self.model.decoder_attention[n:]
-        for row, hyp in enumerate(self.hyps):
-            if not hyp.self_attn:
+        for row, rows in enumerate(self.attention):
+            if rows is None:
                 continue
             keys = cache.mask[row].astype(bool)  # drop left padding
             src = int(self.cross.mask[row].sum())  # drop right padding
             for layer in range(n):
-                hyp.self_attn[layer].append(out[self_maps[layer]][row][:, :, keys])
-                hyp.cross_attn[layer].append(out[cross_maps[layer]][row][:, :, :src])
+                rows.self_attn[layer].append(out[self_maps[layer]][row][:, :, keys])
+                rows.cross_attn[layer].append(out[cross_maps[layer]][row][:, :, :src])
 
-    def _rows_of(self, keep: set[int]) -> tuple[list[int], np.ndarray]:
-        requests: list[int] = []
-        rows: list[int] = []
-        start = 0
-        for i, (b, count) in enumerate(zip(self.beams, self.counts, strict=True)):
-            if id(b.seq) in keep:
-                requests.append(i)
-                rows += range(start, start + count)
-            start += count
-        return requests, np.asarray(rows, dtype=np.int64)
-
-    def filter(self, keep: list[Sequence]) -> TranslationBatch | None:
-        requests, rows = self._rows_of({id(s) for s in keep})
+    def _take(self, requests: list[int]) -> TranslationBatch | None:
         if not requests:
             return None
+        index = np.asarray(requests, dtype=np.int64)
+        offsets = np.cumsum(self.counts) - self.counts
+        counts = self.counts[index]
+        rows = np.arange(counts.sum()) + np.repeat(offsets[index] - (np.cumsum(counts) - counts), counts)
+        greedy = (np.cumsum(~self.beam) - 1)[index[~self.beam[index]]]
         return TranslationBatch(
             self.model,
-            [self.beams[i] for i in requests],
-            [self.hyps[r] for r in rows],
-            [self.counts[i] for i in requests],
+            [self.requests[i] for i in requests],
+            counts,
+            self.targets.take(rows),
+            self.chooser.take(greedy),
+            self.stops.take(greedy),
+            None if self.attention is None else [self.attention[r] for r in rows.tolist()],
             self.cache.take(rows),
             self.model.place(self.cross.take(rows)),
             self.next_ids[rows],
         )
 
+    def filter(self, keep: list[Sequence]) -> TranslationBatch | None:
+        wanted = {id(s) for s in keep}
+        return self._take([i for i, r in enumerate(self.requests) if id(r.seq) in wanted])
+
     def concatenate(self, other: Any) -> TranslationBatch:
         assert isinstance(other, TranslationBatch)
+        attention = None
+        if self.attention is not None or other.attention is not None:
+            attention = (self.attention or [None] * self.rows) + (other.attention or [None] * other.rows)
         return TranslationBatch(
             self.model,
-            self.beams + other.beams,
-            self.hyps + other.hyps,
-            self.counts + other.counts,
+            self.requests + other.requests,
+            np.concatenate([self.counts, other.counts]),
+            Targets.concat([self.targets, other.targets]),
+            ChooserRows.concat([self.chooser, other.chooser]),
+            StopRows.concat([self.stops, other.stops]),
+            attention,
             KVCache.concat([self.cache, other.cache]),
             self.model.place(CrossState.concat([self.cross, other.cross])),
             np.concatenate([self.next_ids, other.next_ids]),

@@ -91,11 +91,18 @@ async def test_finish_reasons(served) -> None:
     greedy = SamplingParams(temperature=0.0)
     result = await run(gen, "Hello", GenerationParams(max_new_tokens=5, sampling=greedy, ignore_eos=True))
     assert result.finish_reason == "length" and result.completion_tokens == 5
-    # Force eos with a logit bias: the first token ends the sequence.
+    # Force eos with a logit bias: the first token ends the sequence. The end token is no token of the
+    # completion: no event carries it and usage does not count it.
     eos = gen.artifact.special_tokens["eos"]
     biased = SamplingParams(temperature=0.0, logit_bias={eos: 100.0})
-    result = await run(gen, "Hello", GenerationParams(max_new_tokens=5, sampling=biased))
-    assert result.finish_reason == "eos" and result.completion_tokens == 1 and result.text == ""
+    seq = gen.sequence(gen.tokenize("Hello", "prompt"), GenerationParams(max_new_tokens=5, sampling=biased))
+    (result,) = [event async for event in gen.scheduler.submit([seq], None, "prompt").events()]  # no token event
+    assert result.finish_reason == "eos" and result.completion_tokens == 0 and result.tokens == []
+    assert result.text == ""
+    # With ignore_eos the end token is an ordinary (special, textless) token.
+    kept = await run(gen, "Hello", GenerationParams(max_new_tokens=3, sampling=biased, ignore_eos=True))
+    assert [t.id for t in kept.tokens] == [eos] * 3 and all(t.special for t in kept.tokens)
+    assert kept.finish_reason == "length" and kept.completion_tokens == 3
     # Stop on text the model is known to produce.
     text = (await run(gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, ignore_eos=True))).text
     stop = text.strip()[2:5] or text[:1]

@@ -4,13 +4,13 @@ import asyncio
 import dataclasses
 import itertools
 
+from service.engine.beam_search import banned_ngram_tokens
 from service.engine.generation import GenerationParams
 from service.engine.sampling import SamplingParams
 from service.engine.translation import (
     TranslationParams,
     TranslationPiece,
     TranslationResult,
-    banned_ngram_tokens,
 )
 from service.engine.translation_service import TranslationJob, TranslationService
 
