@@ -33,15 +33,16 @@ n-best), a decoder-only generator (continuous batching, streaming, OpenAI-compat
 encoder classifier (dynamic batching, sentence pairs). Every endpoint can return attention maps.
 
 Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
-413 body too large, 422 invalid input, 429 queue full (with `Retry-After`), 503 draining or not loaded,
-504 timeout. The OpenAI-compatible routes (`/v1/completions`, `/v1/models`) answer OpenAI's
+404 model not served here, 413 body too large, 422 invalid input, 429 queue full (with `Retry-After`),
+503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`, `/v1/models`) answer OpenAI's
 `{"error": {"message", "type", "param", "code"}}` instead.
 
 Clients: OpenAI SDKs (`/v1`), Hugging Face TGI and Inference API clients (`/generate`,
 `/generate_stream`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes (`/tokenize`,
 `/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
 
-# 404: the route's model is not in SERVE_MODELS (or an unknown model name); 500: a failed model run.
+# 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
+# configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
 
 

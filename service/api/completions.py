@@ -11,13 +11,13 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ENGINE_STATUS, ApiError, log_internal_error
+from service.api.generate import sampling_params, stop_strings
 from service.api.openai_errors import openai_error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from service.api.sse import sse, streaming_response
 from service.engine.errors import EngineError
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob, GenerationService
-from service.engine.sampling import SamplingParams
 from service.engine.scoring import TokenScore
 
 router = APIRouter(tags=["openai"])
@@ -42,17 +42,13 @@ def _job(body: CompletionRequest, model: str) -> GenerationJob:
         prompts,
         ["prompt"] if len(prompts) == 1 else [f"prompt[{j}]" for j in range(len(prompts))],
         max_new_tokens=body.max_tokens,
-        sampling=SamplingParams(
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            repetition_penalty=body.repetition_penalty,
+        sampling=sampling_params(
+            body,
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
             logit_bias={int(k): v for k, v in (body.logit_bias or {}).items()},
-            seed=body.seed,
         ),
-        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        stop=stop_strings(body.stop),
         ignore_eos=body.ignore_eos,
         logprobs=body.logprobs,
         n=body.n,
@@ -66,7 +62,9 @@ def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: Gen
     if not body.echo:
         return [""] * (len(prompt_ids) * body.n)
     prompts = _prompts(body)
-    texts = [p if isinstance(p, str) else generator.tokenizer.decode(ids) for p, ids in zip(prompts, prompt_ids, strict=True)]
+    texts = [
+        p if isinstance(p, str) else generator.tokenizer.decode(ids) for p, ids in zip(prompts, prompt_ids, strict=True)
+    ]
     return [text for text in texts for _ in range(body.n)]
 
 
@@ -226,7 +224,8 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
     handle = engine.submit_generation(_job(body, body.model))
     prompt_ids = handle.prompt_ids
     scores = await unless_disconnected(request, handle.prompt_scores())
-    echoes, echo_logprobs = _echoes(body, prompt_ids, generator), _scored_prompts(scores, len(prompt_ids), body.n, generator)
+    echoes = _echoes(body, prompt_ids, generator)
+    echo_logprobs = _scored_prompts(scores, len(prompt_ids), body.n, generator)
     if body.stream:
         chunks = _Chunks(generator.name, body, prompt_ids, echoes, echo_logprobs, generator)
         events = handle.indexed_events() if handle.sequences else _echoed(body, prompt_ids)

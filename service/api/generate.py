@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
-from service.api.schemas import GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
+from service.api.schemas import CompletionRequest, GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
@@ -22,19 +22,29 @@ STREAM_DOC = stream_doc(
 )
 
 
+def sampling_params(body: GenerateRequest | CompletionRequest, **more: Any) -> SamplingParams:
+    """The sampling options /v1/generate and /v1/completions share, and `more` of completions' own."""
+    return SamplingParams(
+        temperature=body.temperature,
+        top_k=body.top_k,
+        top_p=body.top_p,
+        repetition_penalty=body.repetition_penalty,
+        seed=body.seed,
+        **more,
+    )
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    return (stop,) if isinstance(stop, str) else tuple(stop or ())
+
+
 def _job(body: GenerateRequest) -> GenerationJob:
     return GenerationJob(
         [body.prompt],
         ["prompt"],
         max_new_tokens=body.max_new_tokens,
-        sampling=SamplingParams(
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            repetition_penalty=body.repetition_penalty,
-            seed=body.seed,
-        ),
-        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        sampling=sampling_params(body),
+        stop=stop_strings(body.stop),
         ignore_eos=body.ignore_eos,
         logprobs=body.top_logprobs if body.logprobs else None,
         return_attention=body.return_attention,

@@ -164,9 +164,9 @@ class ClassificationService:
             return ClassificationSequence(ClassifyItem(ids, types, False), None)
 
         size = min(self.settings.max_batch_size, self.settings.max_queue_size, 8)
-        for batch in ([item("warm up")], [item(("warm up", "the server"))]):
+        full = [item("warm up the server " * (i + 1)) for i in range(size)]
+        for batch in ([item("warm up")], [item(("warm up", "the server"))], full):
             await self.scheduler.submit(batch, None, "text").results()
-        await self.scheduler.submit([item("warm up the server " * (i + 1)) for i in range(size)], None, "text").results()
 
     def submit(self, job: ClassificationJob) -> Handle[Classification, Classification]:
         if job.top_k is not None and job.top_k > len(self.labels):

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field, replace
 
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
-from service.engine.generation import GenerationModel, GenerationParams, GenerationResult, GenerationSequence, TokenEvent
+from service.engine.generation import (
+    GenerationModel,
+    GenerationParams,
+    GenerationResult,
+    GenerationSequence,
+    TokenEvent,
+)
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams

@@ -128,7 +128,9 @@ class Scheduler(Generic[SeqT]):
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, name: str, model: DecodeModel[SeqT], settings: Settings, metrics: Metrics) -> Scheduler[SeqT]:
+    def from_settings(
+        cls, name: str, model: DecodeModel[SeqT], settings: Settings, metrics: Metrics
+    ) -> Scheduler[SeqT]:
         return cls(
             name,
             model,
@@ -169,7 +171,11 @@ class Scheduler(Generic[SeqT]):
         self._set_gauges()
 
     def submit(
-        self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[H] = Handle  # type: ignore[assignment]
+        self,
+        sequences: list[SeqT],
+        deadline: float | None,
+        field: str,
+        kind: type[H] = Handle,  # type: ignore[assignment]
     ) -> H:
         """Queue all sequences or none, 429 the same way for one and for many; `field` names the request
         field that makes many (texts, prompts, choices) in the 422 for more than the queue could ever hold."""
@@ -184,7 +190,8 @@ class Scheduler(Generic[SeqT]):
                 raise Unavailable(f"{self.name}: the model is stopped")
             if len(self._waiting) + len(sequences) > self.max_queue_size:
                 self.metrics.rejected.labels(self.name, "queue_full").inc()
-                raise QueueFull(f"{self.name}: queue is full ({len(self._waiting)} waiting, limit {self.max_queue_size})")
+                waiting = len(self._waiting)
+                raise QueueFull(f"{self.name}: queue is full ({waiting} waiting, limit {self.max_queue_size})")
             now = time.perf_counter()
             for seq in sequences:
                 seq.enqueued = now

@@ -107,7 +107,7 @@ class TranslationService:
                 check_length(len(seq.src_ids) + seq.max_new_tokens)
             n_enc, n_dec, heads = len(self.model.encoder_attention), self.model.n_layers, self.artifact.n_heads
             values = sum(  # encoder self, decoder self and cross attention of each text's best hypothesis
-                heads * (n_enc * len(s.src_ids) ** 2 + n_dec * (s.max_new_tokens**2 + s.max_new_tokens * len(s.src_ids)))
+                heads * (n_enc * len(s.src_ids) ** 2 + n_dec * s.max_new_tokens * (s.max_new_tokens + len(s.src_ids)))
                 for s in sequences
             )
             check_budget(values, self.settings.max_attention_values)

@@ -1,6 +1,7 @@
 """Bad input never gets a 500; every error has the same JSON shape."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,9 +89,19 @@ async def test_unknown_route_and_method(served) -> None:
 
 
 async def test_model_not_loaded(serving) -> None:
+    """404 everywhere, as the README and the OpenAPI description say: not 503, which clients retry."""
     async with serving(models="classifier") as s:
         assert_error(await s.client.post("/v1/generate", json={"prompt": "hi"}), 404, "model_not_loaded")
+        assert_error(await s.client.post("/v1/translate", json={"text": "hi"}), 404, "model_not_loaded")
+        wrong_task = await s.client.post("/v1/classify", json={"text": "hi", "model": "generator"})
+        assert assert_error(wrong_task, 404, "model_not_loaded")["field"] == "model"
+        r = await s.client.post("/v1/completions", json={"model": "generator", "prompt": "hi"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         assert [m["id"] for m in (await s.client.get("/v1/models")).json()["data"]] == ["classifier"]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for text in (readme, s.app.description):
+        assert "404 a model that is not served here" in text or "404 model not served here" in text
+        assert "not loaded, 504" not in text and "503 draining or not loaded" not in text
 
 
 def test_openapi_documents_every_endpoint(served) -> None:
