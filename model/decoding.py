@@ -70,9 +70,27 @@ def translate_greedy_uncached(model: Translator, src_ids: Tensor, src_mask: Tens
 
 @dataclass
 class Hypothesis:
-    tokens: list[int]
+    tokens: list[int]  # without the end token
     log_prob: float
-    score: float  # log_prob / length ** length_penalty
+    score: float  # log_prob / length ** length_penalty, the length counting the end token if there is one
+
+
+class _Finished:
+    """The ``num_beams`` best finished hypotheses of one search, best first."""
+
+    def __init__(self, num_beams: int, length_penalty: float) -> None:
+        self.num_beams, self.length_penalty = num_beams, length_penalty
+        self.hypotheses: list[Hypothesis] = []
+
+    def add(self, tokens: list[int], log_prob: float, length: int) -> None:
+        self.hypotheses.append(Hypothesis(tokens, log_prob, log_prob / max(length, 1) ** self.length_penalty))
+        self.hypotheses.sort(key=lambda h: -h.score)
+        del self.hypotheses[self.num_beams :]
+
+    def cannot_improve(self, best_live: float, length: int) -> bool:
+        """Full, and the best live hypothesis scored at its current length does not beat the worst kept."""
+        full = len(self.hypotheses) >= self.num_beams
+        return full and self.hypotheses[-1].score >= best_live / length**self.length_penalty
 
 
 @torch.no_grad()
@@ -88,78 +106,76 @@ def beam_search(
 ) -> list[Hypothesis]:
     """Beam search for ONE source sentence (src_ids [1, S]); beams are batch rows.
 
-    Score = sum of log-probs / (generated length incl. eos) ** length_penalty (GNMT-style
-    normalisation without the +5 offset). Returns the ``n_best`` finished hypotheses, best first.
+    The server's rule (``service/engine/beam_search.py`` states it; a test checks both agree):
+    candidates are the live beams' summed float32 log-softmax plus each token's, n-gram repeats at
+    -inf; of the 2 * num_beams best, an end token ranked within the top num_beams finishes its
+    hypothesis (score = log_prob / length ** length_penalty, the end token counted), a lower-ranked
+    one is dropped, and the num_beams best others live on. The search stops when num_beams finished
+    hypotheses are kept and the best live one, scored at its current length, does not beat the worst of
+    them; at max_new_tokens (live beams then join the finished); or when no candidate is left (then,
+    if nothing finished, the live beams are the answer). Returns the ``n_best`` best, best first.
     """
     c = model.config
     bos, eos = c.special_tokens["bos"], c.special_tokens["eos"]
     memory, _ = model.encode(src_ids, src_mask)
     cross = [(k.expand(num_beams, -1, -1, -1), v.expand(num_beams, -1, -1, -1)) for k, v in model.cross_kv(memory)]
     beam_src_mask = src_mask.expand(num_beams, -1)
-    beams: list[list[int]] = [[] for _ in range(num_beams)]
-    beam_scores = torch.full((num_beams,), float("-inf"))
-    beam_scores[0] = 0.0  # all beams start identical: keep one alive at step 0
+    beams: list[list[int]] = [[]]  # all beams start identical: one row at the first step
+    beam_scores = torch.zeros(1)
     tokens = torch.full((num_beams, 1), bos, dtype=torch.long)
     past: list[KeyValue] | None = None
-    finished: list[Hypothesis] = []
+    finished = _Finished(num_beams, length_penalty)
     for step in range(max_new_tokens):
-        mask = torch.ones(num_beams, step + 1, dtype=torch.long)
-        positions = torch.full((num_beams, 1), step, dtype=torch.long)
-        logits, past, _, _ = model.decode(tokens, mask, positions, beam_src_mask, cross, past)
-        log_probs = logits[:, -1].float().log_softmax(-1)  # [beams, V]
+        rows, length = len(beams), step + 1
+        mask = torch.ones(rows, length, dtype=torch.long)
+        positions = torch.full((rows, 1), step, dtype=torch.long)
+        src = beam_src_mask[:rows]
+        logits, past, _, _ = model.decode(tokens[:rows], mask, positions, src, [(k[:rows], v[:rows]) for k, v in cross], past)
+        log_probs = logits[:, -1].float().log_softmax(-1)  # [rows, V]
         if no_repeat_ngram:
-            for b in range(num_beams):
+            for b in range(rows):
                 for banned in banned_tokens(beams[b], no_repeat_ngram):
                     log_probs[b, banned] = float("-inf")
         candidates = (beam_scores[:, None] + log_probs).view(-1)
-        top_scores, top_ids = candidates.topk(2 * num_beams)
+        top_scores, top_ids = _ranked(candidates, min(2 * num_beams, candidates.numel()))
         next_beams, next_scores, next_tokens, sources = [], [], [], []
-        for score, flat_id in zip(top_scores.tolist(), top_ids.tolist()):
+        for rank, (score, flat_id) in enumerate(zip(top_scores.tolist(), top_ids.tolist())):
             if score == float("-inf"):
                 break
             source, token = divmod(flat_id, log_probs.shape[1])
             if token == eos:
-                length = len(beams[source]) + 1
-                finished.append(Hypothesis(beams[source], score, score / length**length_penalty))
-            else:
-                next_beams.append(beams[source] + [token])
-                next_scores.append(score)
-                next_tokens.append(token)
-                sources.append(source)
+                if rank < num_beams:
+                    finished.add(beams[source], score, length)
+                continue
+            next_beams.append(beams[source] + [token])
+            next_scores.append(score)
+            next_tokens.append(token)
+            sources.append(source)
             if len(next_beams) == num_beams:
                 break
-        if len(finished) >= n_best and _cannot_improve(finished, n_best, next_scores, step + 1, max_new_tokens, length_penalty):
+        if length >= max_new_tokens:
+            for beam, score in zip(next_beams, next_scores):
+                finished.add(beam, score, length)
             break
         if not next_beams:
+            if not finished.hypotheses:
+                for beam, score in zip(beams, beam_scores.tolist()):
+                    finished.add(beam, score, len(beam))
             break
-        while len(next_beams) < num_beams:  # pad with dead beams
-            next_beams.append([])
-            next_scores.append(float("-inf"))
-            next_tokens.append(eos)
-            sources.append(0)
+        if finished.cannot_improve(max(next_scores), length):
+            break
         index = torch.tensor(sources)
         past = [(k[index], v[index]) for k, v in past]
         beams, beam_scores = next_beams, torch.tensor(next_scores)
         tokens = torch.tensor(next_tokens)[:, None]
-    if len(finished) < n_best:  # ran out of steps: unfinished beams compete too
-        for b, score in zip(beams, beam_scores.tolist()):
-            if score > float("-inf") and b:
-                finished.append(Hypothesis(b, score, score / len(b) ** length_penalty))
-    finished.sort(key=lambda h: h.score, reverse=True)
-    return finished[:n_best]
+    return finished.hypotheses[:n_best]
 
 
-def _cannot_improve(
-    finished: list[Hypothesis], n_best: int, live_scores: list[float], length: int, max_new_tokens: int, length_penalty: float
-) -> bool:
-    """Stop when no live beam can beat the n-th best finished one (log-probs only decrease)."""
-    if not live_scores:
-        return True
-    worst_kept = sorted(h.score for h in finished)[-n_best]
-    best_live = max(live_scores)
-    # The best a live beam can reach: its current log-prob at the most favourable length.
-    best_length = max_new_tokens + 1 if length_penalty > 0 else length + 1
-    return best_live / best_length**length_penalty < worst_kept if best_live < 0 else False
+def _ranked(candidates: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k best candidates, best first; equal scores by lower flat index (as the server ranks them)."""
+    scores, ids = candidates.topk(k)
+    order = sorted(range(k), key=lambda i: (-scores[i].item(), ids[i].item()))
+    return scores[order], ids[order]
 
 
 def banned_tokens(tokens: list[int], n: int) -> list[int]:
