@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from torch import nn
 from model.config import CONFIG_CLASSES, TransformerConfig, load_config
 from model.export import MODEL_CLASSES, SPECS, export_graph, export_model
 from model.training import load_weights
+from service.contract.names import LOGITS_TO_KEEP
 
 FP16_SUFFIX = "__fp16"  # model/export.py stores large initializers as <name>__fp16 + Cast
 
@@ -78,6 +80,13 @@ def _name_map(reference: onnx.ModelProto, trained: onnx.ModelProto) -> dict[str,
     return names
 
 
+def _takes_logits_to_keep(artifact_dir: Path) -> bool:
+    """Whether the artifact's graphs were exported with the optional ``logits_to_keep`` input (the
+    reference export must be the same variant, node for node)."""
+    graphs = json.loads((artifact_dir / "config.json").read_text())["graphs"].values()
+    return any(i["name"] == LOGITS_TO_KEEP for graph in graphs for i in graph["inputs"])
+
+
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(array, dtype=np.float32).tobytes()).hexdigest()
 
@@ -105,7 +114,7 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
             by_digest.setdefault(_digest(value.T), (name, True))
     recovered: dict[str, torch.Tensor] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in SPECS[kind](model):  # type: ignore[operator]
+        for spec in SPECS[kind](model, _takes_logits_to_keep(artifact_dir)):  # type: ignore[operator]
             reference_path = Path(tmp) / f"{spec.role}.onnx"
             export_graph(spec, reference_path)
             reference, trained_graph = onnx.load(str(reference_path)), onnx.load(str(artifact_dir / f"{spec.role}.onnx"))
@@ -129,3 +138,22 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
         for name, value in recovered.items():
             params[name].copy_(value)
     return model, sorted(set(params) - set(recovered))
+
+
+def reexport_artifact(kind: str, artifact_dir: Path, out_dir: Path | None = None) -> dict[str, object]:
+    """Export ``artifacts/<kind>/`` again with this exporter, from the weights its own graphs hold
+    (``weights_from_artifact``): new graph features without a training run. The card, learning curve and
+    tokenizer are carried over, an int8 variant is written where the artifact had one; ``out_dir``
+    defaults to the artifact folder itself (replaced once the new export is complete)."""
+    config = json.loads((artifact_dir / "config.json").read_text())
+    model, _ = weights_from_artifact(kind, artifact_dir)
+    int8 = any(graph.get("int8_file") for graph in config["graphs"].values())
+    with tempfile.TemporaryDirectory() as tmp:
+        staging = Path(tmp) / kind
+        exported = export_model(kind, model, artifact_dir / "tokenizer.json", staging, card_dir=artifact_dir,
+                                int8=int8, name=config["name"])
+        target = out_dir or artifact_dir
+        target.mkdir(parents=True, exist_ok=True)
+        for path in staging.iterdir():
+            shutil.copyfile(path, target / path.name)
+    return exported

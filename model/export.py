@@ -12,33 +12,30 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import onnx
 import torch
+from onnx import numpy_helper
 from torch import Tensor, nn
 from torch.export import Dim
 
 from model.classifier import Classifier
-from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.config import ClassifierConfig, TransformerConfig, TranslatorConfig
 from model.generator import Generator
 from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.translator import Translator
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
+from service.contract.kinds import KINDS, graph_file, int8_graph_file
+from service.contract.names import LOGITS, LOGITS_TO_KEEP
 
 OPSET = 20
 FORMAT_VERSION = 1
 
 
 # --- graph wrappers: flat tensors in, flat tensors out, in the contract's order -------------------
-
-
-def kv_names(prefix: str, n_layers: int) -> list[str]:
-    return [f"{prefix}.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
 
 
 def pairs(flat: tuple[Tensor, ...] | list[Tensor]) -> list[tuple[Tensor, Tensor]]:
@@ -76,12 +73,18 @@ class TranslatorDecoderGraph(nn.Module):
 
 
 class GeneratorGraph(nn.Module):
-    def __init__(self, model: Generator) -> None:
+    """The generator's decoder; with ``logits_to_keep``, its last input is that scalar (after the cache)."""
+
+    def __init__(self, model: Generator, logits_to_keep: bool) -> None:
         super().__init__()
         self.model = model
+        self.logits_to_keep = logits_to_keep
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
-        logits, present, weights = self.model(input_ids, attention_mask, position_ids, pairs(past))
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *rest: Tensor
+    ) -> tuple[Tensor, ...]:
+        past, keep = (rest[:-1], rest[-1]) if self.logits_to_keep else (rest, 0)
+        logits, present, weights = self.model(input_ids, attention_mask, position_ids, pairs(past), keep)
         return (logits, *flatten(present), *weights)
 
 
@@ -100,7 +103,7 @@ class ClassifierGraph(nn.Module):
 
 @dataclass
 class GraphSpec:
-    """Everything torch.onnx.export needs for one graph."""
+    """Everything torch.onnx.export needs for one graph, and the defaults of its optional inputs."""
 
     role: str
     module: nn.Module
@@ -108,6 +111,8 @@ class GraphSpec:
     input_names: list[str]
     output_names: list[str]
     dynamic_shapes: tuple[Any, ...]
+    defaults: dict[str, int] = field(default_factory=dict)  # optional input -> its value when not fed
+    axis_names: dict[str, dict[int, str]] = field(default_factory=dict)  # output -> axis -> symbolic name
 
 
 BATCH, SEQ, PAST, SRC = Dim("batch"), Dim("seq"), Dim("past"), Dim("src")
@@ -117,7 +122,15 @@ def _ids(vocab: int, B: int, S: int, generator: torch.Generator) -> Tensor:
     return torch.randint(4, vocab, (B, S), generator=generator)
 
 
-def translator_specs(model: Translator) -> list[GraphSpec]:
+def _dims(config: TransformerConfig) -> dict[str, int]:
+    """config.json's dims for this config (model sizes and layer counts)."""
+    dims = {"d_model": config.d_model, "n_heads": config.n_heads, "d_head": config.d_head, "d_ff": config.d_ff}
+    if isinstance(config, TranslatorConfig):
+        return dims | {"n_encoder_layers": config.n_encoder_layers, "n_decoder_layers": config.n_decoder_layers}
+    return dims | {"n_layers": config.n_layers}  # type: ignore[attr-defined]
+
+
+def translator_specs(model: Translator, logits_to_keep: bool = True) -> list[GraphSpec]:
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S, P, Ssrc = 2, 3, 4, 5  # all >= 2 and distinct, so no axis is frozen by coincidence
     src_ids, src_mask = _ids(c.vocab_size, B, Ssrc, g), torch.ones(B, Ssrc, dtype=torch.long)
@@ -125,12 +138,14 @@ def translator_specs(model: Translator) -> list[GraphSpec]:
     n_dec = c.n_decoder_layers
     cross = [torch.randn(B, c.n_heads, Ssrc, c.d_head, generator=g) for _ in range(2 * n_dec)]
     past = [torch.randn(B, c.n_heads, P, c.d_head, generator=g) for _ in range(2 * n_dec)]
+    task = KINDS["translator"].task
+    enc_io, dec_io = (task.graph_io(role, _dims(c)) for role in task.roles)
     encoder = GraphSpec(
         role="encoder",
         module=TranslatorEncoderGraph(model),
         example=(src_ids, src_mask),
-        input_names=["input_ids", "attention_mask"],
-        output_names=kv_names("cross", n_dec) + [f"attentions.{i}" for i in range(c.n_encoder_layers)],
+        input_names=list(enc_io.inputs),
+        output_names=list(enc_io.all_outputs),
         dynamic_shapes=({0: BATCH, 1: SRC}, {0: BATCH, 1: SRC}),
     )
     decoder = GraphSpec(
@@ -144,13 +159,8 @@ def translator_specs(model: Translator) -> list[GraphSpec]:
             *cross,
             *past,
         ),
-        input_names=["input_ids", "attention_mask", "position_ids", "encoder_attention_mask"]
-        + kv_names("cross", n_dec)
-        + kv_names("past_key_values", n_dec),
-        output_names=["logits"]
-        + kv_names("present", n_dec)
-        + [f"attentions.{i}" for i in range(n_dec)]
-        + [f"cross_attentions.{i}" for i in range(n_dec)],
+        input_names=list(dec_io.inputs),
+        output_names=list(dec_io.all_outputs),
         dynamic_shapes=(
             {0: BATCH, 1: SEQ},
             {0: BATCH, 1: Dim("total")},
@@ -162,58 +172,61 @@ def translator_specs(model: Translator) -> list[GraphSpec]:
     return [encoder, decoder]
 
 
-def generator_specs(model: Generator) -> list[GraphSpec]:
+def generator_specs(model: Generator, logits_to_keep: bool = True) -> list[GraphSpec]:
+    """The decoder graph; ``logits_to_keep=False`` builds the graph of artifacts exported before that input."""
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S, P = 2, 3, 4
     past = [torch.randn(B, c.n_heads, P, c.d_head, generator=g) for _ in range(2 * c.n_layers)]
+    io = KINDS["generator"].task.graph_io("decoder", _dims(c), logits_to_keep)
+    keep: tuple[Tensor, ...] = (torch.tensor(1, dtype=torch.long),) if logits_to_keep else ()
     return [
         GraphSpec(
             role="decoder",
-            module=GeneratorGraph(model),
+            module=GeneratorGraph(model, logits_to_keep),
             example=(
                 _ids(c.vocab_size, B, S, g),
                 torch.ones(B, P + S, dtype=torch.long),
                 torch.arange(P, P + S).expand(B, S).contiguous(),
                 *past,
+                *keep,
             ),
-            input_names=["input_ids", "attention_mask", "position_ids"] + kv_names("past_key_values", c.n_layers),
-            output_names=["logits"] + kv_names("present", c.n_layers) + [f"attentions.{i}" for i in range(c.n_layers)],
+            input_names=[*io.inputs, *io.optional_inputs],
+            output_names=list(io.all_outputs),
             dynamic_shapes=(
                 {0: BATCH, 1: SEQ},
                 {0: BATCH, 1: Dim("total")},
                 {0: BATCH, 1: SEQ},
-                tuple([{0: BATCH, 2: PAST}] * (2 * c.n_layers)),
+                tuple([{0: BATCH, 2: PAST}] * (2 * c.n_layers) + [None] * len(keep)),
             ),
+            defaults={LOGITS_TO_KEEP: 0} if logits_to_keep else {},
+            axis_names={LOGITS: {1: "kept"}} if logits_to_keep else {},  # seq, or logits_to_keep of them
         )
     ]
 
 
-def classifier_specs(model: Classifier) -> list[GraphSpec]:
+def classifier_specs(model: Classifier, logits_to_keep: bool = True) -> list[GraphSpec]:
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S = 2, 5
     mask = torch.ones(B, S, dtype=torch.long)
     mask[1, -2:] = 0
     types = torch.zeros(B, S, dtype=torch.long)
     types[:, 3:] = 1
+    io = KINDS["classifier"].task.graph_io("encoder", _dims(c))
     return [
         GraphSpec(
             role="encoder",
             module=ClassifierGraph(model),
             example=(_ids(c.vocab_size, B, S, g), types, mask),
-            input_names=["input_ids", "token_type_ids", "attention_mask"],
-            output_names=["logits"] + [f"attentions.{i}" for i in range(c.n_layers)],
+            input_names=list(io.inputs),
+            output_names=list(io.all_outputs),
             dynamic_shapes=({0: BATCH, 1: SEQ}, {0: BATCH, 1: SEQ}, {0: BATCH, 1: SEQ}),
         )
     ]
 
 
+# torch-side tables of the registry's kinds (tests/model/test_kinds.py checks they cover service.contract.KINDS)
 MODEL_CLASSES: dict[str, type[nn.Module]] = {"translator": Translator, "generator": Generator, "classifier": Classifier}
 SPECS = {"translator": translator_specs, "generator": generator_specs, "classifier": classifier_specs}
-TASKS = {
-    "translator": ("translation", "encoder-decoder"),
-    "generator": ("generation", "decoder-only"),
-    "classifier": ("classification", "encoder"),
-}
 
 
 # --- ONNX passes ------------------------------------------------------------------------------------
@@ -229,15 +242,19 @@ def round_weights_to_fp16(model: nn.Module) -> None:
 
 
 def describe_io(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Input/output names, dtypes and (symbolic) shapes, read back from the saved graph."""
+    """Input/output names, dtypes and (symbolic) shapes, read back from the saved graph; an input that is
+    also an initializer is optional, and its entry carries the ``default`` the graph uses when it is not fed."""
     m = onnx.load(str(path), load_external_data=False)
+    defaults = {i.name: numpy_helper.to_array(i).item() for i in m.graph.initializer if i.name in
+                {vi.name for vi in m.graph.input}}
 
     def values(vis: Any) -> list[dict[str, Any]]:
         out = []
         for vi in vis:
             t = vi.type.tensor_type
             dims = [d.dim_param if d.dim_param else d.dim_value for d in t.shape.dim]
-            out.append({"name": vi.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims})
+            entry = {"name": vi.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims}
+            out.append(entry | ({"default": defaults[vi.name]} if vi.name in defaults else {}))
         return out
 
     return {"inputs": values(m.graph.input), "outputs": values(m.graph.output)}
@@ -256,6 +273,25 @@ def export_graph(spec: GraphSpec, path: Path) -> None:
         dynamic_shapes=spec.dynamic_shapes,
         verbose=False,
     )
+    if spec.defaults or spec.axis_names:
+        finish_graph(path, spec.defaults, spec.axis_names)
+
+
+def finish_graph(path: Path, defaults: dict[str, int], axis_names: dict[str, dict[int, str]]) -> None:
+    """Give graph inputs a default: an int64 initializer of the same name, which a caller may override
+    (ONNX IR >= 4) or leave out, so callers that do not know the input get the old behaviour. Name the
+    output axes the exporter could only describe by a formula (``seq - u0``)."""
+    m = onnx.load(str(path))
+    inputs = {vi.name: vi for vi in m.graph.input}
+    for name, value in defaults.items():
+        shape = [d.dim_value for d in inputs[name].type.tensor_type.shape.dim]
+        m.graph.initializer.append(numpy_helper.from_array(np.full(shape, value, dtype=np.int64), name))
+    outputs = {vi.name: vi for vi in m.graph.output}
+    for name, axes in axis_names.items():
+        for axis, symbol in axes.items():
+            outputs[name].type.tensor_type.shape.dim[axis].dim_param = symbol
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
 
 
 # --- the artifact folder ------------------------------------------------------------------------------
@@ -266,18 +302,13 @@ def build_config(
 ) -> dict[str, Any]:
     import onnxruntime
 
-    task, architecture = TASKS[kind]
-    dims: dict[str, int] = {"d_model": config.d_model, "n_heads": config.n_heads, "d_head": config.d_head, "d_ff": config.d_ff}
-    if isinstance(config, TranslatorConfig):
-        dims |= {"n_encoder_layers": config.n_encoder_layers, "n_decoder_layers": config.n_decoder_layers}
-    else:
-        dims["n_layers"] = config.n_layers  # type: ignore[attr-defined]
+    task = KINDS[kind].task
     out: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "name": name or kind,
-        "task": task,
-        "architecture": architecture,
-        "dims": dims,
+        "task": task.name,
+        "architecture": task.architecture,
+        "dims": _dims(config),
         "vocab_size": config.vocab_size,
         "max_positions": config.max_positions,
         "special_tokens": config.special_tokens,
@@ -319,11 +350,11 @@ def export_model(
         round_weights_to_fp16(model)
     graphs: dict[str, dict[str, Any]] = {}
     for spec in SPECS[kind](model):  # type: ignore[operator]
-        path = out_dir / f"{spec.role}.onnx"
+        path = out_dir / graph_file(spec.role)
         export_graph(spec, path)
         int8_file = None
         if int8:
-            int8_file = f"{spec.role}.int8.onnx"
+            int8_file = int8_graph_file(spec.role)
             quantize_int8(path, out_dir / int8_file)
             if fp16_storage:
                 store_initializers_fp16(out_dir / int8_file)  # the embedding Gather stays float
@@ -342,48 +373,3 @@ def export_model(
         (out_dir / "card.json").write_text(json.dumps(untrained, indent=2) + "\n")
     record_golden(out_dir)
     return config
-
-
-# --- tiny artifacts for tests -------------------------------------------------------------------------
-
-TINY_CORPUS = [
-    "In the beginning God created the heavens and the earth.",
-    "Au commencement, Dieu créa les cieux et la terre.",
-    "The movie was wonderful, a delight from start to finish.",
-    "Le film était très ennuyeux ; où est l'élève ? Déjà à la crèche, naïf garçon « bien sûr ».",
-    "A dull, tedious and predictable story with no heart.",
-    "Fellow citizens, the state of the union is strong. Café, piñata, 東京, 🙂!",
-]
-
-
-def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> TransformerConfig:
-    common = dict(vocab_size=vocab_size, d_model=32, n_heads=2, d_ff=64, max_positions=128, special_tokens=special_tokens)
-    if kind == "translator":
-        return TranslatorConfig(**common, n_encoder_layers=2, n_decoder_layers=2)
-    if kind == "generator":
-        return GeneratorConfig(**common, n_layers=2)
-    return ClassifierConfig(**common, n_layers=2)
-
-
-def build_tiny_model(kind: str) -> tuple[nn.Module, "Tokenizer"]:
-    """A tiny randomly initialized model and its tokenizer; deterministic (seed 0)."""
-    from model import tokenization
-
-    torch.manual_seed(0)
-    tokenizer = tokenization.TRAINERS[kind](TINY_CORPUS * 4, 300)
-    config = tiny_config(kind, tokenizer.get_vocab_size(), tokenization.SPECIAL_TOKENS[kind])
-    return MODEL_CLASSES[kind](config), tokenizer  # type: ignore[call-arg]
-
-
-def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = ("translator", "generator", "classifier")) -> None:
-    """Tiny models with real (tiny) tokenizers in ``out_dir/<kind>/``, for fast service and export tests.
-
-    The PyTorch reference of each is ``build_tiny_model(kind)`` with ``round_weights_to_fp16`` applied.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for kind in kinds:
-        model, tokenizer = build_tiny_model(kind)
-        tokenizer_path = out_dir / f"{kind}.tokenizer.json"
-        tokenizer.save(str(tokenizer_path))
-        export_model(kind, model, tokenizer_path, out_dir / kind)
-        tokenizer_path.unlink()

@@ -14,6 +14,7 @@ from model.layers import (
     embedding_norm,
     embedding_scale,
     final_norm,
+    keep_last,
     lm_head,
 )
 
@@ -38,10 +39,12 @@ class Generator(nn.Module):
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         past: list[KeyValue] | None = None,
+        logits_to_keep: Tensor | int = 0,
     ) -> tuple[Tensor, list[KeyValue], list[Tensor]]:
         """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, H, P+S, Dh], weights).
 
-        attention_mask covers past + new positions ([B, P+S]); defaults to all ones.
+        attention_mask covers past + new positions ([B, P+S]); defaults to all ones. ``logits_to_keep``
+        > 0 computes the logits of the last that many positions only ([B, min(k, S), V]).
         """
         B, S = input_ids.shape
         if attention_mask is None:
@@ -57,4 +60,4 @@ class Generator(nn.Module):
             x, present, w, _ = block(x, bias, past[i] if past else None)
             presents.append(present)
             weights.append(w)
-        return self.lm_head(self.ln_f(x)), presents, weights
+        return self.lm_head(keep_last(self.ln_f(x), logits_to_keep)), presents, weights

@@ -13,26 +13,38 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from service.contract.names import (
+    ATTENTION_MASK,
+    ATTENTIONS,
+    ENCODER_ATTENTION_MASK,
+    PAST,
+    POSITION_IDS,
+    TOKEN_TYPE_IDS,
+)
+
 GOLDEN_FILE = "golden.json"
-BATCH, SEQ, PAST = 2, 4, 3
+BATCH, SEQ, PAST_LEN = 2, 4, 3
 
 
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Deterministic inputs for every graph input, sized from the symbolic shapes in config.json."""
+    """Deterministic inputs for every required graph input, sized from the symbolic shapes in config.json
+    (optional inputs keep their default, so adding one leaves the golden outputs as they were)."""
     rng = np.random.default_rng(0)
-    sizes = {"batch": BATCH, "seq": SEQ, "src": SEQ + 1, "past": PAST, "total": PAST + SEQ}
+    sizes = {"batch": BATCH, "seq": SEQ, "src": SEQ + 1, "past": PAST_LEN, "total": PAST_LEN + SEQ}
     feeds: dict[str, np.ndarray] = {}
     for spec in graph["inputs"]:
         name = spec["name"]
+        if "default" in spec:
+            continue
         shape = [sizes.get(d, d) if isinstance(d, str) else d for d in spec["shape"]]
-        if name in ("attention_mask", "encoder_attention_mask"):
+        if name in (ATTENTION_MASK, ENCODER_ATTENTION_MASK):
             feeds[name] = np.ones(shape, dtype=np.int64)
             feeds[name][1, 0] = 0  # one padded position in the second row
-        elif name == "position_ids":
+        elif name == POSITION_IDS:
             feeds[name] = np.tile(np.arange(shape[1], dtype=np.int64), (shape[0], 1)) + (
-                PAST if any(i["name"].startswith("past_") for i in graph["inputs"]) else 0
+                PAST_LEN if any(i["name"].startswith(f"{PAST}.") for i in graph["inputs"]) else 0
             )
-        elif name == "token_type_ids":
+        elif name == TOKEN_TYPE_IDS:
             feeds[name] = np.zeros(shape, dtype=np.int64)
             feeds[name][:, shape[1] // 2 :] = 1
         elif spec["dtype"] == "int64":
@@ -44,9 +56,9 @@ def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np
 
 def _fix_axes(feeds: dict[str, np.ndarray], graph: dict[str, Any]) -> dict[str, np.ndarray]:
     """attention_mask covers past + new positions in graphs that take a cache."""
-    if "past_key_values.0.key" in feeds:
-        feeds["attention_mask"] = np.ones((BATCH, PAST + SEQ), dtype=np.int64)
-        feeds["attention_mask"][1, 0] = 0
+    if f"{PAST}.0.key" in feeds:
+        feeds[ATTENTION_MASK] = np.ones((BATCH, PAST_LEN + SEQ), dtype=np.int64)
+        feeds[ATTENTION_MASK][1, 0] = 0
     return feeds
 
 
@@ -70,5 +82,5 @@ def record_golden(folder: Path) -> None:
     golden = {}
     for role in config["graphs"]:
         names, outputs = run_graph(folder, role)
-        golden[role] = {name: summarize(out) for name, out in zip(names, outputs) if not name.startswith("attentions")}
+        golden[role] = {name: summarize(out) for name, out in zip(names, outputs) if not name.startswith(ATTENTIONS)}
     (folder / GOLDEN_FILE).write_text(json.dumps(golden, indent=1) + "\n")

@@ -23,6 +23,7 @@ from model.classifier import Classifier
 from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.generator import Generator
 from model.translator import Translator
+from service.contract.kinds import FAMILIES
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -279,7 +280,6 @@ def seq2seq_weights(src: Tensors, c: TranslatorConfig, family: str, lm_head: Ten
 
 # --- one entry point --------------------------------------------------------------------------------------
 
-FAMILIES = {"bert": "classifier", "gpt2": "generator", "marian": "translator", "bart": "translator"}
 # Our parameters a family's checkpoint never fills: the classifier's pretraining heads are not in the
 # exported graph (and are kept at their initialization).
 PRETRAINING_ONLY = {"classifier": ("mlm_transform.", "mlm_bias", "nsp_head.")}

@@ -130,6 +130,21 @@ def lm_head(c: TransformerConfig, embedding: nn.Embedding) -> nn.Linear:
     return head
 
 
+def keep_last(x: Tensor, logits_to_keep: Tensor | int) -> Tensor:
+    """The last ``logits_to_keep`` positions of ``x`` [B, S, D] (all of them for 0, or for more than S).
+
+    A scalar tensor exports as an input that feeds a dynamic Slice: the generator's prefill then runs
+    the LM head at one position instead of the whole prompt (artifacts/README.md, ``logits_to_keep``).
+    """
+    if isinstance(logits_to_keep, int):
+        return x[:, -logits_to_keep:] if logits_to_keep > 0 else x
+    length = x.shape[1]
+    start = torch.where(logits_to_keep > 0, length - logits_to_keep, 0).clamp(min=0).item()
+    torch._check(start >= 0)
+    torch._check(start <= length)
+    return x.narrow(1, start, length - start)
+
+
 ACTIVATION_MODULES = {
     "relu": nn.ReLU,
     "gelu": nn.GELU,  # the exact erf form (BERT)

@@ -5,6 +5,8 @@
                                                                # a cooled-down branch, only if its
                                                                # validation loss beats the committed card's
     python -m scripts.export --tiny --out /tmp/tiny-artifacts  # tiny random models
+    python -m scripts.export generator --from-artifact         # re-export artifacts/generator from the
+                                                               # weights in its own graphs (this exporter)
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from model.checkpoint import export_checkpoint
-from model.export import export_tiny_artifacts
-
-KINDS = ("translator", "generator", "classifier")
+from model.checkpoint import export_checkpoint, reexport_artifact
+from service.contract.kinds import KINDS
 
 
 def main() -> None:
@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="export tiny randomly initialized models")
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 variants")
     parser.add_argument("--run", type=Path, default=None, help="export this run folder (one model) instead")
+    parser.add_argument("--from-artifact", action="store_true",
+                        help="re-export <out>/<model> from the weights its graphs hold (no run folder needed)")
     parser.add_argument("--if-better", action="store_true",
                         help="replace the artifact only if the run's validation loss is lower than its card's")
     args = parser.parse_args()
@@ -37,10 +39,16 @@ def main() -> None:
         parser.error(f"unknown model(s): {', '.join(sorted(unknown))}; choose from {', '.join(KINDS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.tiny:
+        from tests.tiny_models import export_tiny_artifacts  # test fixtures, run from the repository root
+
         export_tiny_artifacts(args.out, tuple(args.models or KINDS))
         return
     if args.run and len(args.models) != 1:
         parser.error("--run exports one model: name it")
+    if args.from_artifact:
+        for kind in args.models or KINDS:
+            reexport_artifact(kind, args.out / kind)
+        return
     for kind in args.models or KINDS:
         run = args.run or args.runs / kind
         if args.if_better and not improves(run / "card.json", args.out / kind / "card.json"):

@@ -9,7 +9,6 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-MODEL_NAMES = ("translator", "generator", "classifier")
 # With SERVE_MODELS unset every model folder is served, in this order (then the others by name). The first
 # model of each task answers requests that name no model: classifier-minilm (pretrained, fine-tuned) scored
 # better than classifier on validation (artifacts/classifier-minilm/card.md).

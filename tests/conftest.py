@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from service.contract.kinds import KINDS
+
 REPO = Path(__file__).resolve().parents[1]
 REAL_ARTIFACTS = REPO / "artifacts"
-MODELS = ("translator", "generator", "classifier")
+MODELS = tuple(KINDS)
 
 
 def _model_source_hash() -> str:
+    """Of everything a tiny export depends on: model/, the contract in service/contract/, tests/tiny_models.py."""
     digest = hashlib.sha256()
-    for path in sorted((REPO / "model").rglob("*.py")):
+    sources = [*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py"),
+               REPO / "tests" / "tiny_models.py"]
+    for path in sorted(sources):
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -32,7 +37,7 @@ def _complete(folder: Path) -> bool:
 
 @pytest.fixture(scope="session")
 def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny randomly initialized artifacts from model.export, exported once per model/ source version.
+    """Tiny randomly initialized artifacts (tests/tiny_models.py), exported once per source version.
 
     Exporting needs the training extra (torch); .ci/run installs it.
     """
@@ -42,7 +47,7 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
     folder = root / _model_source_hash()
     if not _complete(folder):
-        from model.export import export_tiny_artifacts
+        from tiny_models import export_tiny_artifacts
 
         staging = tmp_path_factory.mktemp("tiny-export")
         with warnings.catch_warnings():  # the exporter's warnings are not about the tests

@@ -27,6 +27,7 @@ from service.api.schemas import MAX_SEED, NonEmptyText, TranslateRequest
 from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
+from service.contract.kinds import TASKS
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.engine import Engine
 from service.engine.generation import GenerationResult, TokenEvent
@@ -37,7 +38,6 @@ from service.engine.translation_service import TranslationJob, TranslationServic
 
 router = APIRouter(tags=["hugging face"])
 
-PIPELINE_TAGS = {"generation": "text-generation", "translation": "translation", "classification": "text-classification"}
 FINISH = {"eos": "eos_token", "stop": "stop_sequence", "length": "length"}
 MAX_STOP = 4
 
@@ -311,7 +311,7 @@ def _info(engine: Engine, service: Service) -> dict[str, Any]:
         "model_sha": None,
         "model_dtype": "float32",
         "model_device_type": "cuda" if provider.startswith("CUDA") else "cpu",
-        "model_pipeline_tag": PIPELINE_TAGS[a.task],
+        "model_pipeline_tag": TASKS[a.task].pipeline_tag,
         "max_concurrent_requests": settings.max_queue_size,
         "max_best_of": 1,
         "max_stop_sequences": MAX_STOP,

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from service.contract.kinds import KINDS
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 
-TASKS = {"translator": "translation", "generator": "generation", "classifier": "classification"}
 Service = TranslationService | GenerationService | ClassificationService
 Job = TranslationJob | GenerationJob | ClassificationJob
 
@@ -71,9 +71,10 @@ class Engine:
                     f"{artifact.folder}: config.json names the model {artifact.name!r} but its folder is {name!r}; "
                     "rename one of them"
                 )
-            if name in TASKS and artifact.task != TASKS[name]:  # other folder names take the task of their artifact
+            kind = KINDS.get(name)  # a folder named after a model kind holds one; others take their artifact's task
+            if kind is not None and artifact.task != kind.task.name:
                 raise ArtifactError(
-                    f"{artifact.folder}: a {name} must have task {TASKS[name]!r}, not {artifact.task!r}"
+                    f"{artifact.folder}: a {name} must have task {kind.task.name!r}, not {artifact.task!r}"
                 )
             sessions = {role: GraphSession(name, spec, options) for role, spec in artifact.graphs.items()}
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())

@@ -119,7 +119,8 @@ class GenerationModel:
     ) -> tuple[np.ndarray, KVCache, list[np.ndarray]]:
         """One graph call: last-position logits [B, V], the advanced cache, attention maps if asked."""
         wanted = ["logits", *self.present, *(self.attention_names if attention else [])]
-        out = self.session.run({"input_ids": input_ids, **cache.feeds(new_mask)}, wanted, keep=self.present)
+        feeds = {"input_ids": input_ids, **cache.feeds(new_mask), **self.session.last_logits_only}
+        out = self.session.run(feeds, wanted, keep=self.present)
         attn = [out[n] for n in self.attention_names] if attention else []
         return out["logits"][:, -1], cache.advance(out, new_mask), attn
 

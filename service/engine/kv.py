@@ -12,11 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.contract.names import ATTENTION_MASK, CROSS, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, PRESENT
+from service.contract.names import kv_names as kv_names  # re-exported: the engine's modules import it from here
 from service.runtime.sessions import Tensor, to_numpy
-
-
-def kv_names(prefix: str, n_layers: int) -> list[str]:
-    return [f"{prefix}.{i}.{part}" for i in range(n_layers) for part in ("key", "value")]
 
 
 def _pad(x: np.ndarray, axis: int, length: int, left: bool) -> np.ndarray:
@@ -50,13 +48,13 @@ class KVCache:
         """Inputs for a step that appends `new_mask.shape[1]` tokens (mask 0 marks left padding)."""
         mask = np.concatenate([self.mask, new_mask], axis=1)  # [B, P+S]
         positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, -new_mask.shape[1] :]  # [B, S]
-        feeds: dict[str, Tensor] = {"attention_mask": mask, "position_ids": positions}
-        feeds.update(zip(kv_names("past_key_values", len(self.past) // 2), self.past, strict=True))
+        feeds: dict[str, Tensor] = {ATTENTION_MASK: mask, POSITION_IDS: positions}
+        feeds.update(zip(kv_names(PAST, len(self.past) // 2), self.past, strict=True))
         return feeds
 
     def advance(self, outputs: dict[str, Tensor], new_mask: np.ndarray) -> KVCache:
         """The cache after a step: the graph's `present.*` outputs become the past."""
-        present = [outputs[name] for name in kv_names("present", len(self.past) // 2)]
+        present = [outputs[name] for name in kv_names(PRESENT, len(self.past) // 2)]
         return KVCache(np.concatenate([self.mask, new_mask], axis=1), present)
 
     def take(self, rows: np.ndarray) -> KVCache:
@@ -99,8 +97,8 @@ class CrossState:
     kv: list[Tensor]  # 2L tensors [B, H, Ssrc, Dh]
 
     def feeds(self) -> dict[str, Tensor]:
-        feeds: dict[str, Tensor] = {"encoder_attention_mask": self.mask}
-        feeds.update(zip(kv_names("cross", len(self.kv) // 2), self.kv, strict=True))
+        feeds: dict[str, Tensor] = {ENCODER_ATTENTION_MASK: self.mask}
+        feeds.update(zip(kv_names(CROSS, len(self.kv) // 2), self.kv, strict=True))
         return feeds
 
     def take(self, rows: np.ndarray) -> CrossState:

@@ -9,14 +9,10 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from service.contract.kinds import CLASSIFICATION, TASKS, Task
+from service.contract.names import LOGITS_TO_KEEP
+
 FORMAT_VERSION = 1
-ARCHITECTURES = {"translation": "encoder-decoder", "generation": "decoder-only", "classification": "encoder"}
-GRAPH_ROLES = {"translation": ("encoder", "decoder"), "generation": ("decoder",), "classification": ("encoder",)}
-SPECIAL_TOKENS = {
-    "translation": ("pad", "bos", "eos"),
-    "generation": ("pad", "bos", "eos"),
-    "classification": ("pad", "cls", "sep"),
-}
 
 
 class ArtifactError(ValueError):
@@ -28,6 +24,7 @@ class TensorSpec:
     name: str
     dtype: str
     shape: tuple[int | str, ...]
+    default: int | None = None  # an optional input: the value the graph uses when it is not fed
 
 
 @dataclass(frozen=True)
@@ -45,6 +42,16 @@ class GraphSpec:
     @property
     def output_names(self) -> list[str]:
         return [t.name for t in self.outputs]
+
+    @property
+    def required_input_names(self) -> list[str]:
+        return [t.name for t in self.inputs if t.default is None]
+
+    @property
+    def keeps_last_logits(self) -> bool:
+        """The graph takes ``logits_to_keep`` (generator exports since it was added; imports and older
+        exports compute the logits of every position)."""
+        return LOGITS_TO_KEEP in self.input_names
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,12 @@ class Artifact:
     @property
     def n_decoder_layers(self) -> int:
         """Layers that carry a KV cache (decoder-only: all of them)."""
-        return self.dims.get("n_decoder_layers", self.dims.get("n_layers", 0))
+        return self.contract.cache_layers(self.dims)
+
+    @property
+    def contract(self) -> Task:
+        """What the contract says about artifacts of this task (graph roles and names)."""
+        return TASKS[self.task]
 
     def load_tokenizer(self) -> Tokenizer:
         try:
@@ -102,7 +114,11 @@ def _tensors(items: list[Any], where: str) -> tuple[TensorSpec, ...]:
         if not isinstance(item, dict):
             raise ArtifactError(f"{where}[{i}]: expected an object")
         shape = tuple(_require(item, "shape", list, f"{where}[{i}]"))
-        specs.append(TensorSpec(_require(item, "name", str, f"{where}[{i}]"), str(item.get("dtype", "")), shape))
+        default = item.get("default")
+        if default is not None and not isinstance(default, int):
+            raise ArtifactError(f"{where}[{i}]: default must be an integer")
+        name = _require(item, "name", str, f"{where}[{i}]")
+        specs.append(TensorSpec(name, str(item.get("dtype", "")), shape, default))
     return tuple(specs)
 
 
@@ -123,23 +139,6 @@ def _graph(folder: Path, role: str, data: dict[str, Any], where: str) -> GraphSp
     )
 
 
-def _expected_io(task: str, role: str, dims: dict[str, int]) -> tuple[list[str], list[str]]:
-    """The input and output names the contract promises for one graph (attention outputs are optional)."""
-
-    def kv(prefix: str, n: int) -> list[str]:
-        return [f"{prefix}.{i}.{part}" for i in range(n) for part in ("key", "value")]
-
-    n_dec = dims.get("n_decoder_layers", dims.get("n_layers", 0))
-    if task == "classification":
-        return ["input_ids", "token_type_ids", "attention_mask"], ["logits"]
-    if task == "translation" and role == "encoder":
-        return ["input_ids", "attention_mask"], kv("cross", n_dec)
-    inputs = ["input_ids", "attention_mask", "position_ids"]
-    if task == "translation":
-        inputs += ["encoder_attention_mask", *kv("cross", n_dec)]
-    return inputs + kv("past_key_values", n_dec), ["logits", *kv("present", n_dec)]
-
-
 def load_artifact(folder: Path) -> Artifact:
     """Read `folder/config.json` and check it against the contract; raise ArtifactError naming the problem."""
     path = folder / "config.json"
@@ -154,34 +153,36 @@ def load_artifact(folder: Path) -> Artifact:
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{where}: format_version {version} is not supported (expected {FORMAT_VERSION})")
     task = _require(data, "task", str, where)
-    if task not in ARCHITECTURES:
+    if task not in TASKS:
         raise ArtifactError(f"{where}: unknown task {task!r}")
+    contract = TASKS[task]
     architecture = _require(data, "architecture", str, where)
-    if architecture != ARCHITECTURES[task]:
-        raise ArtifactError(f"{where}: task {task!r} needs architecture {ARCHITECTURES[task]!r}, got {architecture!r}")
+    if architecture != contract.architecture:
+        raise ArtifactError(
+            f"{where}: task {task!r} needs architecture {contract.architecture!r}, got {architecture!r}"
+        )
     dims = _require(data, "dims", dict, where)
-    layer_keys = ("n_encoder_layers", "n_decoder_layers") if task == "translation" else ("n_layers",)
-    for key in ("n_heads", "d_head", *layer_keys):
+    for key in ("n_heads", "d_head", *contract.layer_dims):
         if not isinstance(dims.get(key), int) or dims[key] <= 0:
             raise ArtifactError(f"{where}: dims.{key} must be a positive integer")
     specials = _require(data, "special_tokens", dict, where)
-    for key in SPECIAL_TOKENS[task]:
+    for key in contract.special_tokens:
         if not isinstance(specials.get(key), int):
             raise ArtifactError(f"{where}: special_tokens.{key} is required for {task}")
     labels: tuple[str, ...] = ()
-    if task == "classification":
+    if contract is CLASSIFICATION:
         labels = tuple(_require(data, "labels", list, where))
         if not labels:
             raise ArtifactError(f"{where}: labels must not be empty")
     graphs_data = _require(data, "graphs", dict, where)
     graphs = {}
-    for role in GRAPH_ROLES[task]:
+    for role in contract.roles:
         if role not in graphs_data:
             raise ArtifactError(f"{where}: graphs.{role} is required for {task}")
         graph = _graph(folder, role, graphs_data[role], f"{where}: graphs.{role}")
-        inputs, outputs = _expected_io(task, role, dims)
-        missing = [n for n in inputs if n not in graph.input_names] + [
-            n for n in outputs if n not in graph.output_names
+        io = contract.graph_io(role, dims)  # attention outputs and optional inputs may be absent
+        missing = [n for n in io.inputs if n not in graph.input_names] + [
+            n for n in io.outputs if n not in graph.output_names
         ]
         if missing:
             raise ArtifactError(f"{where}: graphs.{role} lacks {missing}")

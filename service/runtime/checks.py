@@ -11,11 +11,25 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from service.contract.kinds import CLASSIFICATION, DECODER, ENCODER, TRANSLATION
+from service.contract.names import (
+    ATTENTION_MASK,
+    ATTENTION_PREFIXES,
+    ATTENTIONS,
+    CROSS,
+    ENCODER_ATTENTION_MASK,
+    INPUT_IDS,
+    KV_PREFIXES,
+    LOGITS,
+    LOGITS_TO_KEEP,
+    PAST,
+    POSITION_IDS,
+    TOKEN_TYPE_IDS,
+    kv_names,
+)
 from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
 from service.runtime.sessions import GraphSession
 
-KV_PREFIXES = ("past_key_values.", "present.", "cross.")
-ATTENTION_PREFIXES = ("attentions.", "cross_attentions.")
 ORT_DTYPES = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "tensor(float16)"}
 
 
@@ -38,17 +52,11 @@ def _expected_dims(artifact: Artifact, name: str, rank: int) -> dict[int, tuple[
         return {1: (artifact.n_heads, "dims.n_heads"), 3: (artifact.d_head, "dims.d_head")}
     if name.startswith(ATTENTION_PREFIXES) and rank == 4:
         return {1: (artifact.n_heads, "dims.n_heads")}
-    if name == "logits" and artifact.task == "classification":
+    if name == LOGITS and artifact.contract is CLASSIFICATION:
         return {rank - 1: (len(artifact.labels), "labels")}
-    if name == "logits":
+    if name == LOGITS:
         return {rank - 1: (artifact.vocab_size, "vocab_size")}
     return {}
-
-
-def _layers(artifact: Artifact, role: str) -> int:
-    if artifact.task == "translation" and role == "encoder":
-        return artifact.dims["n_encoder_layers"]
-    return artifact.n_decoder_layers
 
 
 def _check_io(artifact: Artifact, role: str, session: GraphSession) -> None:
@@ -59,8 +67,15 @@ def _check_io(artifact: Artifact, role: str, session: GraphSession) -> None:
     unfed = [i.name for i in session.session.get_inputs() if i.name not in spec.input_names]
     if unfed:
         raise ArtifactError(f"{where}: {graph} needs inputs {unfed} that config.json does not list (layer count?)")
-    layers = _layers(artifact, role)
-    attention = [name for name in real if name.startswith("attentions.")]
+    overridable = {i.name: i for i in session.session.get_overridable_initializers()}
+    for tensor in spec.inputs:
+        if tensor.default is None and tensor.name in overridable:
+            raise ArtifactError(f"{where}: {tensor.name} is optional in {graph}; config.json must state its default")
+        if tensor.default is not None and tensor.name in session.input_names:
+            raise ArtifactError(f"{where}: {tensor.name} has no default in {graph}, but config.json states one")
+    real |= overridable
+    layers = artifact.contract.layers(role, artifact.dims)
+    attention = [name for name in real if name.startswith(f"{ATTENTIONS}.")]
     if attention and len(attention) != layers:
         raise ArtifactError(
             f"{_config(artifact)}: the layer count says {layers}, but {graph} has {len(attention)} attention outputs"
@@ -116,7 +131,7 @@ def _ids(*rows: list[int]) -> np.ndarray:
 
 def _empty_kv(artifact: Artifact, prefix: str, layers: int, batch: int = 1) -> dict[str, np.ndarray]:
     empty = np.zeros((batch, artifact.n_heads, 0, artifact.d_head), dtype=np.float32)
-    return {f"{prefix}.{i}.{part}": empty for i in range(layers) for part in ("key", "value")}
+    return dict.fromkeys(kv_names(prefix, layers), empty)
 
 
 def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_tokens: int) -> None:
@@ -125,38 +140,57 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
     last_id, positions = artifact.vocab_size - 1, artifact.max_positions
     vocab_claim = f"vocab_size {artifact.vocab_size}"
     length_claim = f"max_positions {positions}"
-    if artifact.task == "classification":
-        enc = sessions["encoder"]
+    if artifact.contract is CLASSIFICATION:
+        enc = sessions[ENCODER]
         n = min(positions, max_input_tokens)
         for ids, claim in ((_ids([last_id]), vocab_claim), (np.zeros((1, n), dtype=np.int64), length_claim)):
-            feeds = {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)}
-            _run(artifact, enc, feeds, ["logits"], claim)
+            feeds = {INPUT_IDS: ids, TOKEN_TYPE_IDS: np.zeros_like(ids), ATTENTION_MASK: np.ones_like(ids)}
+            _run(artifact, enc, feeds, [LOGITS], claim)
         return
     layers = artifact.n_decoder_layers
-    dec = sessions["decoder"]
+    dec = sessions[DECODER]
     cross: dict[str, np.ndarray] = {}
-    if artifact.task == "translation":
-        enc = sessions["encoder"]
-        names = [f"cross.{i}.{part}" for i in range(layers) for part in ("key", "value")]
+    if artifact.contract is TRANSLATION:
+        enc = sessions[ENCODER]
+        names = kv_names(CROSS, layers)
         n = min(positions, max_input_tokens)
-        _run(artifact, enc, {"input_ids": _ids([last_id]), "attention_mask": _ids([1])}, names, vocab_claim)
+        _run(artifact, enc, {INPUT_IDS: _ids([last_id]), ATTENTION_MASK: _ids([1])}, names, vocab_claim)
         out = _run(
             artifact,
             enc,
-            {"input_ids": np.zeros((1, n), dtype=np.int64), "attention_mask": np.ones((1, n), dtype=np.int64)},
+            {INPUT_IDS: np.zeros((1, n), dtype=np.int64), ATTENTION_MASK: np.ones((1, n), dtype=np.int64)},
             names,
             length_claim,
         )
-        cross = {
-            "encoder_attention_mask": np.ones((1, n), dtype=np.int64),
-            **{k: np.asarray(v) for k, v in out.items()},
-        }
+        cross = {ENCODER_ATTENTION_MASK: np.ones((1, n), dtype=np.int64), **{k: np.asarray(v) for k, v in out.items()}}
     for token, position, claim in ((last_id, 0, vocab_claim), (0, positions - 1, length_claim)):
         feeds = {
-            "input_ids": _ids([token]),
-            "attention_mask": _ids([1]),
-            "position_ids": _ids([position]),
+            INPUT_IDS: _ids([token]),
+            ATTENTION_MASK: _ids([1]),
+            POSITION_IDS: _ids([position]),
             **cross,
-            **_empty_kv(artifact, "past_key_values", layers),
+            **_empty_kv(artifact, PAST, layers),
         }
-        _run(artifact, dec, feeds, ["logits"], claim)
+        _run(artifact, dec, feeds, [LOGITS], claim)
+    if artifact.graphs[DECODER].keeps_last_logits:
+        _probe_logits_to_keep(artifact, dec, cross)
+
+
+def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str, np.ndarray]) -> None:
+    """A 3-token prefill with logits_to_keep = 1 returns the last position's logits, and with the
+    default (0) all three, as the contract says."""
+    claim = f"graphs.{DECODER}.inputs {LOGITS_TO_KEEP}"
+    feeds = {
+        INPUT_IDS: _ids([0, artifact.vocab_size - 1, 0]),
+        ATTENTION_MASK: _ids([1, 1, 1]),
+        POSITION_IDS: _ids([0, 1, 2]),
+        **cross,
+        **_empty_kv(artifact, PAST, artifact.n_decoder_layers),
+    }
+    every = np.asarray(_run(artifact, dec, feeds, [LOGITS], claim)[LOGITS])
+    last = np.asarray(_run(artifact, dec, feeds | dec.last_logits_only, [LOGITS], claim)[LOGITS])
+    if every.shape[1] != 3 or last.shape[1] != 1 or not np.allclose(last[:, 0], every[:, -1], atol=1e-3):
+        raise ArtifactError(
+            f"{_config(artifact)}: {claim}: {dec.file.name} returned logits of shape {list(last.shape)} for "
+            f"{LOGITS_TO_KEEP}=1 and {list(every.shape)} without it (expected [1, 1, V] equal to the last of [1, 3, V])"
+        )

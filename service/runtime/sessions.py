@@ -11,6 +11,7 @@ from typing import TypeAlias
 import numpy as np
 import onnxruntime as ort
 
+from service.contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,16 @@ class GraphSession:
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
         if self.quantization == "int8" and self.device == "cuda":
             log.warning("%s: int8 graphs use CPU-only integer kernels; expect slow CUDA runs", self.name)
-        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.input_names = [i.name for i in self.session.get_inputs()]  # required ones
+        self.optional_input_names = [i.name for i in self.session.get_overridable_initializers()]
         self.output_names = [o.name for o in self.session.get_outputs()]
-        missing = [n for n in spec.input_names if n not in self.input_names]
+        missing = [n for n in spec.input_names if n not in self.input_names + self.optional_input_names]
         if missing:
             raise ArtifactError(f"{path}: the graph lacks inputs {missing} promised by config.json")
+        # Fed by calls that need the logits of the last position only (a generator's prefill and steps).
+        self.last_logits_only: dict[str, np.ndarray] = (
+            {LOGITS_TO_KEEP: np.array(1, dtype=np.int64)} if spec.keeps_last_logits else {}
+        )
         log.info(
             "%s: loaded %s on %s (quantization=%s, io_binding=%s)",
             self.name,
@@ -123,6 +129,8 @@ class GraphSession:
         for name, value in feeds.items():
             if isinstance(value, ort.OrtValue):
                 binding.bind_ortvalue_input(name, value)
+            elif name in self.optional_input_names:  # IOBinding takes an overridable initializer as an OrtValue only
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.asarray(value)))
             else:
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
         for name in outputs:

@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import onnxruntime as ort  # noqa: E402
 
-from model.export import build_tiny_model, round_weights_to_fp16  # noqa: E402
+from model.export import round_weights_to_fp16  # noqa: E402
 from model.layers import positions_from_mask  # noqa: E402
+from tiny_models import build_tiny_model  # noqa: E402
 
 ATOL = 1e-4
 DECODE_STEPS = 20
@@ -106,6 +107,40 @@ def test_generator_parity_prefill_and_decode(tiny: dict[str, Exported]) -> None:
     assert np.array_equal(recomputed.T, np.stack(ort_tokens))
 
 
+def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
+    """logits_to_keep = k returns the logits of the last k new positions (0 or k > S: all of them), equal
+    to PyTorch's, with and without a past; the caches do not depend on it."""
+    exported = tiny["generator"]
+    graph = exported.config["graphs"]["decoder"]
+    assert {"name": "logits_to_keep", "dtype": "int64", "shape": [], "default": 0} in graph["inputs"]
+    model, L = exported.model.eval(), exported.config["dims"]["n_layers"]
+    ids, mask = left_padded_prompts(exported.config["vocab_size"])
+    positions = positions_from_mask(torch.from_numpy(mask), ids.shape[1]).numpy()
+    empty = [np.zeros((3, exported.config["dims"]["n_heads"], 0, exported.config["dims"]["d_head"]), np.float32)] * (2 * L)
+    prompt = {"input_ids": ids[:, :-2], "attention_mask": mask[:, :-2], "position_ids": positions[:, :-2],
+              **kv_feeds("past_key_values", empty)}
+    past = presents(exported.run("decoder", prompt), L)
+    cached = {"input_ids": ids[:, -2:], "attention_mask": mask, "position_ids": positions[:, -2:],
+              **kv_feeds("past_key_values", past)}
+    for feeds in (prompt, cached):
+        S = feeds["input_ids"].shape[1]
+        full = exported.run("decoder", feeds)
+        torch_past = [(torch.from_numpy(feeds[f"past_key_values.{i}.key"]), torch.from_numpy(feeds[f"past_key_values.{i}.value"]))
+                      for i in range(L)]
+        for keep in (0, 1, 2, S, S + 3):
+            out = exported.run("decoder", feeds | {"logits_to_keep": np.array(keep, dtype=np.int64)})
+            kept = S if keep == 0 else min(keep, S)
+            assert out["logits"].shape == (3, kept, exported.config["vocab_size"]), (S, keep)
+            assert np.abs(out["logits"] - full["logits"][:, S - kept :]).max() <= 1e-5, (S, keep)
+            assert all(np.array_equal(out[n], full[n]) for n in full if n.startswith("present.")), (S, keep)
+            with torch.no_grad():
+                ref, _, _ = model(*(torch.from_numpy(feeds[n]) for n in ("input_ids", "attention_mask", "position_ids")),
+                                  torch_past, torch.tensor(keep))
+            assert ref.shape == out["logits"].shape
+            real = feeds["attention_mask"][:, -kept:].astype(bool)
+            assert np.abs(out["logits"][real] - ref.numpy()[real]).max() <= ATOL, (S, keep)
+
+
 def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None:
     exported = tiny["translator"]
     model, dims = exported.model.eval(), exported.config["dims"]
@@ -173,6 +208,8 @@ def grid_feeds(config: dict, role: str, B: int, S: int, P: int) -> dict[str, np.
     sizes = {"batch": B, "seq": S, "src": S + 1, "past": P, "total": P + S}
     feeds = {}
     for spec in config["graphs"][role]["inputs"]:
+        if "default" in spec:
+            continue  # optional (logits_to_keep): left at its default, all positions
         shape = [sizes[d] if isinstance(d, str) else d for d in spec["shape"]]
         if spec["name"] == "position_ids":
             feeds[spec["name"]] = np.tile(np.arange(P, P + S, dtype=np.int64), (B, 1))

@@ -105,7 +105,8 @@ def test_weights_are_recovered_exactly_from_an_exported_artifact(
         monkeypatch.setitem(export.SPECS, kind, functools.partial(export.generator_specs, logits_to_keep=False))
     export_model(kind, model, tmp_path / "tokenizer.json", tmp_path / kind, int8=False)
     monkeypatch.undo()
-    names = [i["name"] for i in json.loads((tmp_path / kind / "config.json").read_text())["graphs"]["decoder" if kind == "generator" else "encoder"]["inputs"]]
+    graphs = json.loads((tmp_path / kind / "config.json").read_text())["graphs"].values()
+    names = [i["name"] for graph in graphs for i in graph["inputs"]]
     assert ("logits_to_keep" in names) == (logits_to_keep and kind == "generator")
     round_weights_to_fp16(model)  # what the fp16-stored graph holds
     recovered, unused = weights_from_artifact(kind, tmp_path / kind)

@@ -1,0 +1,107 @@
+"""The registry of tasks and model kinds: which graphs an artifact of each task has and what their
+inputs and outputs are called, which special tokens and dimensions its config.json must state, and
+which model kinds (our own, and the Hugging Face families the importer reads) serve each task.
+
+config.json's ``task`` selects a `Task`; a model *kind* (translator, generator, classifier) is how
+model/ builds, trains and exports one, and the default folder (served) name of its artifact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from service.contract.names import GraphIO, classifier_encoder_io, decoder_io, translator_encoder_io
+
+ENCODER, DECODER = "encoder", "decoder"
+Dims = Mapping[str, int]
+
+
+def _translation_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+    if role == ENCODER:
+        return translator_encoder_io(dims["n_encoder_layers"], dims["n_decoder_layers"])
+    return decoder_io(dims["n_decoder_layers"], cross=True)  # one token per step: nothing to keep
+
+
+def _generation_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+    return decoder_io(dims["n_layers"], cross=False, logits_to_keep=logits_to_keep)
+
+
+def _classification_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+    return classifier_encoder_io(dims["n_layers"])
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # config.json "task"
+    architecture: str  # config.json "architecture"
+    role_layers: Mapping[str, str]  # graph role -> the dims key counting its layers, in the order they run
+    special_tokens: tuple[str, ...]  # the special_tokens the server needs
+    pipeline_tag: str  # the Hugging Face pipeline tag (/api/models)
+    io: Callable[[str, Dims, bool], GraphIO]
+    cache_dim: str | None  # the dims key counting the layers that carry a KV cache
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.role_layers)
+
+    @property
+    def layer_dims(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.role_layers.values()))
+
+    def graph_io(self, role: str, dims: Dims, logits_to_keep: bool = False) -> GraphIO:
+        """The names of graph ``role`` (``logits_to_keep``: with the generator's optional input)."""
+        if role not in self.role_layers:
+            raise KeyError(f"a {self.name} artifact has no {role!r} graph (roles: {', '.join(self.roles)})")
+        return self.io(role, dims, logits_to_keep)
+
+    def layers(self, role: str, dims: Dims) -> int:
+        """Layers of graph ``role``: one ``attentions.{i}`` output each."""
+        return dims[self.role_layers[role]]
+
+    def cache_layers(self, dims: Dims) -> int:
+        """Layers that carry a KV cache (0 without a decoder)."""
+        return dims.get(self.cache_dim, 0) if self.cache_dim else 0
+
+
+TRANSLATION = Task(
+    "translation", "encoder-decoder", {ENCODER: "n_encoder_layers", DECODER: "n_decoder_layers"},
+    ("pad", "bos", "eos"), "translation", _translation_io, "n_decoder_layers",
+)
+GENERATION = Task(
+    "generation", "decoder-only", {DECODER: "n_layers"}, ("pad", "bos", "eos"), "text-generation", _generation_io,
+    "n_layers",
+)
+CLASSIFICATION = Task(
+    "classification", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "text-classification",
+    _classification_io, None,
+)
+TASKS: dict[str, Task] = {t.name: t for t in (TRANSLATION, GENERATION, CLASSIFICATION)}
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # model/'s model kind, runs/<kind>/, and the default artifact folder (served name)
+    task: Task
+    families: tuple[str, ...]  # Hugging Face config.json model_type values that import as this kind
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("translator", TRANSLATION, ("marian", "bart")),
+        Kind("generator", GENERATION, ("gpt2",)),
+        Kind("classifier", CLASSIFICATION, ("bert",)),
+    )
+}
+FAMILIES: dict[str, str] = {family: k.name for k in KINDS.values() for family in k.families}  # model_type -> kind
+
+
+def graph_file(role: str) -> str:
+    """The file the exporter writes graph ``role`` to."""
+    return f"{role}.onnx"
+
+
+def int8_graph_file(role: str) -> str:
+    """The file of its dynamic-int8 variant."""
+    return f"{role}.int8.onnx"

@@ -1,0 +1,83 @@
+"""Graph input and output names: what the exporter calls each tensor and what the server feeds and reads.
+
+Caches come in key/value pairs per layer (``present.0.key``, ``present.0.value``, ...); attention maps
+are one output per layer (``attentions.0``, ...) and optional. ``logits_to_keep`` is an optional input
+of the generator graph (a scalar with default 0): logits for the last k new positions only, 0 for all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+TOKEN_TYPE_IDS = "token_type_ids"
+POSITION_IDS = "position_ids"
+ENCODER_ATTENTION_MASK = "encoder_attention_mask"
+LOGITS_TO_KEEP = "logits_to_keep"
+LOGITS = "logits"
+
+PAST = "past_key_values"  # inputs: the self-attention cache so far
+PRESENT = "present"  # outputs: the cache after this call (past + new positions)
+CROSS = "cross"  # the encoder-decoder attention K/V (translator encoder outputs, decoder inputs)
+ATTENTIONS = "attentions"
+CROSS_ATTENTIONS = "cross_attentions"
+
+KV_PREFIXES = (f"{PAST}.", f"{PRESENT}.", f"{CROSS}.")
+ATTENTION_PREFIXES = (f"{ATTENTIONS}.", f"{CROSS_ATTENTIONS}.")
+KV_PARTS = ("key", "value")
+
+
+def kv_names(prefix: str, n_layers: int) -> list[str]:
+    """``prefix.i.key``, ``prefix.i.value`` for each layer, in the graphs' order."""
+    return [f"{prefix}.{i}.{part}" for i in range(n_layers) for part in KV_PARTS]
+
+
+def layer_names(prefix: str, n_layers: int) -> list[str]:
+    """One name per layer: ``attentions.0``, ``attentions.1``, ..."""
+    return [f"{prefix}.{i}" for i in range(n_layers)]
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    """The names of one graph, in the order the exporter writes them."""
+
+    inputs: tuple[str, ...]  # all required
+    outputs: tuple[str, ...]  # all required
+    attention: tuple[str, ...] = ()  # optional outputs (attention maps)
+    optional_inputs: tuple[str, ...] = ()  # inputs with a default in the graph; exported after `inputs`
+
+    @property
+    def all_outputs(self) -> tuple[str, ...]:
+        return (*self.outputs, *self.attention)
+
+
+def classifier_encoder_io(n_layers: int) -> GraphIO:
+    return GraphIO(
+        inputs=(INPUT_IDS, TOKEN_TYPE_IDS, ATTENTION_MASK),
+        outputs=(LOGITS,),
+        attention=tuple(layer_names(ATTENTIONS, n_layers)),
+    )
+
+
+def translator_encoder_io(n_encoder_layers: int, n_decoder_layers: int) -> GraphIO:
+    return GraphIO(
+        inputs=(INPUT_IDS, ATTENTION_MASK),
+        outputs=tuple(kv_names(CROSS, n_decoder_layers)),
+        attention=tuple(layer_names(ATTENTIONS, n_encoder_layers)),
+    )
+
+
+def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> GraphIO:
+    """A decoder with a KV cache: the generator's (``cross=False``) or the translator's."""
+    inputs = [INPUT_IDS, ATTENTION_MASK, POSITION_IDS]
+    attention = layer_names(ATTENTIONS, n_layers)
+    if cross:
+        inputs += [ENCODER_ATTENTION_MASK, *kv_names(CROSS, n_layers)]
+        attention += layer_names(CROSS_ATTENTIONS, n_layers)
+    return GraphIO(
+        inputs=(*inputs, *kv_names(PAST, n_layers)),
+        outputs=(LOGITS, *kv_names(PRESENT, n_layers)),
+        attention=tuple(attention),
+        optional_inputs=(LOGITS_TO_KEEP,) if logits_to_keep else (),
+    )
