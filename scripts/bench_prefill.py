@@ -1,6 +1,6 @@
 """Prefill time of two exports of one generator: logits at every prompt position vs the last only.
 
-    python -m scripts.bench_prefill OLD_FOLDER NEW_FOLDER [--threads 2] [--rounds 3]
+    python -m scripts.bench_prefill OLD_FOLDER NEW_FOLDER [--threads 2] [--rounds 3] [--int8]
 
 OLD_FOLDER is an artifact whose decoder has no ``logits_to_keep`` input (every position, as before);
 NEW_FOLDER the same weights exported with it, run with ``logits_to_keep = 1`` as the server's prefill
@@ -32,12 +32,12 @@ from service.contract.names import (
 SHAPES = ((16, 32), (1, 200))
 
 
-def session(folder: Path, threads: int) -> tuple[ort.InferenceSession, dict[str, int]]:
+def session(folder: Path, threads: int, int8: bool) -> tuple[ort.InferenceSession, dict[str, int]]:
     config = json.loads((folder / "config.json").read_text())
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.log_severity_level = 3
-    path = folder / config["graphs"]["decoder"]["file"]
+    path = folder / config["graphs"]["decoder"]["int8_file" if int8 else "file"]
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), config["dims"] | {
         "vocab_size": config["vocab_size"]}
 
@@ -68,8 +68,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--int8", action="store_true", help="the dynamic-int8 variants")
     args = parser.parse_args()
-    (old, dims), (new, _) = session(args.old, args.threads), session(args.new, args.threads)
+    (old, dims), (new, _) = (session(folder, args.threads, args.int8) for folder in (args.old, args.new))
     outputs = [LOGITS, *kv_names(PRESENT, dims["n_layers"])]
     keep_last = {LOGITS_TO_KEEP: np.array(1, dtype=np.int64)}
     for batch, length in SHAPES:

@@ -23,13 +23,12 @@ from pathlib import Path
 import torch
 
 from model import recipes
-
-RECIPES = {"translator": "train_translator", "generator": "train_generator", "classifier": "train_classifier"}
+from service.contract.kinds import KINDS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=sorted(RECIPES))
+    parser.add_argument("model", choices=sorted(KINDS))
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget of this segment")
     parser.add_argument("--cooldown", type=float, default=0.0, metavar="MINUTES",
                         help="decay a branch of the stable run to zero in MINUTES, then evaluate it")
@@ -47,7 +46,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
-    recipe = getattr(recipes, RECIPES[args.model])
+    recipe = getattr(recipes, f"train_{args.model}")  # one recipe per kind (tests/model/test_kinds.py)
     recipe(recipes.RecipeArgs(args.data, args.runs / args.model, args.minutes, args.tiny, not args.no_resume,
                               args.eval_limit, args.cooldown, args.artifacts, args.device, args.jobs))
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("bert", "gpt2", "marian", "bart")
+from service.contract.kinds import FAMILIES as REGISTRY_FAMILIES
+
+FAMILIES = tuple(sorted(REGISTRY_FAMILIES))  # every Hugging Face family the importer reads
 CORPUS = [
     "In the beginning God created the heavens and the earth.",
     "The movie was wonderful, a delight from start to finish.",
