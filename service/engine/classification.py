@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from service.contract.names import ATTENTIONS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
@@ -65,7 +66,7 @@ class ClassificationModel:
         self.tokenizer = tokenizer
         self.labels = list(artifact.labels)
         self.pad = artifact.special_tokens["pad"]
-        names = [f"attentions.{i}" for i in range(artifact.dims["n_layers"])]
+        names = layer_names(ATTENTIONS, artifact.dims["n_layers"])
         self.attention_names = names if all(session.has_output(n) for n in names) else []
 
     def prefill(self, sequences: list[ClassificationSequence]) -> tuple[list[Emit], None]:

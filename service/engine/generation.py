@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from service.contract.names import ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import stack_rows, to_json
 from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.kv import KVCache, kv_names
@@ -110,8 +111,8 @@ class GenerationModel:
         self.pad = artifact.special_tokens["pad"]
         self.special_ids = set(artifact.special_tokens.values())
         self.n_layers = artifact.n_decoder_layers
-        self.present = kv_names("present", self.n_layers)
-        names = [f"attentions.{i}" for i in range(self.n_layers)]
+        self.present = kv_names(PRESENT, self.n_layers)
+        names = layer_names(ATTENTIONS, self.n_layers)
         self.attention_names = names if all(session.has_output(n) for n in names) else []
 
     def run(
