@@ -57,24 +57,22 @@ class Handle(Generic[E, R]):
 
     async def _items(self) -> AsyncIterator[tuple[int, Any, bool]]:
         remaining = len(self.sequences)
+        # One timer for the whole request rather than a timeout per event: the deadline lands in the queue.
+        timer = None
+        if self.deadline is not None and remaining:
+            delay = max(0.0, self.deadline - time.monotonic())
+            timer = asyncio.get_running_loop().call_later(delay, self._queue.put_nowait, RequestTimeout(TIMEOUT))
         try:
             while remaining:
-                item = self._queue.get_nowait() if not self._queue.empty() else await self._next()
+                item = await self._queue.get()
                 if isinstance(item, EngineError):
                     raise item
                 remaining -= item[2]
                 yield item
         finally:
+            if timer is not None:
+                timer.cancel()
             self.cancel()
-
-    async def _next(self) -> tuple[int, Any, bool] | EngineError:
-        timeout = None if self.deadline is None else self.deadline - time.monotonic()
-        if timeout is not None and timeout <= 0:
-            raise RequestTimeout(TIMEOUT)
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            raise RequestTimeout(TIMEOUT) from None
 
     def indexed_events(self) -> AsyncIterator[tuple[int, E | R]]:
         """(sequence index, event) for every sequence, as they come; each sequence ends with its result."""

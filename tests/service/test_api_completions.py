@@ -37,6 +37,18 @@ async def test_prompts_times_n_and_echo(served) -> None:
     assert same["choices"][0]["text"] == text
 
 
+async def test_more_choices_than_the_queue_holds_is_a_422_from_the_engine(serving) -> None:
+    """The engine checks the per-request limit, for every route, before anything is queued."""
+    async with serving(max_queue_size=3) as s:
+        r = await s.client.post("/v1/completions", json={**BASE, "prompt": ["a", "b"], "n": 2})
+        assert r.status_code == 422 and r.json()["error"]["param"] == "n"
+        r = await s.client.post("/v1/classify", json={"text": ["a", "b", "c", "d"]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "text"
+        r = await s.client.post("/v1/completions", json={**BASE, "prompt": ["a", "b", "c"], "n": 1})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 3
+        assert s.engine.generator.scheduler.waiting == 0 and s.engine.classifier.scheduler.waiting == 0
+
+
 async def test_logprobs_shape(served) -> None:
     req = {**BASE, "logprobs": 2, "ignore_eos": True}
     lp = (await served.client.post("/v1/completions", json=req)).json()["choices"][0]["logprobs"]
