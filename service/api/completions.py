@@ -168,7 +168,8 @@ class _Chunks:
     def event(self, index: int, event: TokenEvent | GenerationResult) -> str | None:
         if isinstance(event, GenerationResult):
             self.results.append(event)
-            return self.chunk([self._choice(index, "", finish_reason=FINISH[event.finish_reason])])
+            # `tail`: text the end released that no token carried (held back as a possible stop string)
+            return self.chunk([self._choice(index, event.tail, finish_reason=FINISH[event.finish_reason])])
         if not event.text and self.body.logprobs is None:
             return None  # nothing to show yet (an incomplete character, or the eos token)
         logprobs = None

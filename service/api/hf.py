@@ -212,7 +212,9 @@ async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: R
             "seed": event.seed,
             "input_length": len(ids),
         }
-        return _tgi_chunk(held[0], p, text, details)
+        # An end token as the first token: no token event came (the end token is none); TGI sends it.
+        last = held[0] if held else TokenEvent(0, generator.model.eos, event.tail, True)
+        return _tgi_chunk(last, p, text, details)
 
     return await event_stream(request, events, render, _tgi_error)
 

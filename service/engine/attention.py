@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,3 +41,33 @@ def to_json(weights: np.ndarray) -> list[Any]:
     """Nested lists rounded to a few decimals: plenty for a heat map, a fraction of the bytes."""
     nested: list[Any] = np.round(weights.astype(np.float64), DECIMALS).tolist()
     return nested
+
+
+@dataclass
+class RowAttention:
+    """One decoder row's attention so far, per layer one [H, 1, k] self and one [H, 1, Ssrc] cross
+    block per step; a beam's child copies its parent's."""
+
+    self_attn: list[list[np.ndarray]]
+    cross_attn: list[list[np.ndarray]]
+
+    @classmethod
+    def empty(cls, n_layers: int) -> RowAttention:
+        return cls([[] for _ in range(n_layers)], [[] for _ in range(n_layers)])
+
+    def copy(self) -> RowAttention:
+        return RowAttention([list(r) for r in self.self_attn], [list(r) for r in self.cross_attn])
+
+    def record(self, self_blocks: list[np.ndarray], cross_blocks: list[np.ndarray]) -> None:
+        for rows, block in zip(self.self_attn + self.cross_attn, self_blocks + cross_blocks, strict=True):
+            rows.append(block)
+
+    def maps(self, steps: int, heads: int, src: int) -> dict[str, list[Any]]:
+        """JSON maps of the first `steps` rows (the output tokens; an end token's row is left out)."""
+        if steps == 0:
+            return {"decoder": [to_json(np.zeros((heads, 0, 0)))] * len(self.self_attn),
+                    "cross": [to_json(np.zeros((heads, 0, src)))] * len(self.cross_attn)}
+        return {
+            "decoder": [to_json(stack_rows(rows[:steps], steps)) for rows in self.self_attn],
+            "cross": [to_json(np.concatenate(rows[:steps], axis=1)) for rows in self.cross_attn],
+        }

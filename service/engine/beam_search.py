@@ -52,10 +52,11 @@ class Targets(RowArrays):
         return result
 
 
-def banned_ngrams(targets: Targets, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, tokens) whose token would repeat an n-gram of the row (n = sizes[row]; 0 is off)."""
+def banned_ngrams(targets: Targets, sizes: np.ndarray, distinct: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, tokens) whose token would repeat an n-gram of the row (n = sizes[row]; 0 is off;
+    `distinct`: the values in sizes)."""
     found_rows, found_tokens = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
-    for n in np.unique(sizes[sizes > 0]).tolist():
+    for n in sorted(distinct - {0}):
         rows = np.flatnonzero((sizes == n) & (targets.length >= n))
         if not len(rows):
             continue
@@ -78,7 +79,7 @@ def banned_ngram_tokens(tokens: list[int], n: int) -> list[int]:
     if n <= 0 or len(tokens) < n:
         return []
     targets = Targets(np.asarray([tokens], dtype=np.int32), np.asarray([len(tokens)]), np.zeros(1, np.float32))
-    result: list[int] = banned_ngrams(targets, np.asarray([n]))[1].tolist()
+    result: list[int] = banned_ngrams(targets, np.asarray([n]), {n})[1].tolist()
     return result
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.engine.attention import stack_rows, to_json
+from service.engine.attention import RowAttention, to_json
 from service.engine.beam_search import BeamPool, Finished, Targets, banned_ngrams, beam_step
 from service.engine.chooser import ChooserRows, choose
 from service.engine.kv import CrossState, KVCache, kv_names
@@ -77,17 +77,6 @@ class TranslationSequence(Sequence):
         self.src_ids = src_ids
         self.params = params
         self.max_new_tokens = max_new_tokens
-
-
-@dataclass
-class _Attention:
-    """One row's attention rows so far, per layer: [H, 1, k] self and [H, 1, Ssrc] cross, one per step."""
-
-    self_attn: list[list[np.ndarray]]
-    cross_attn: list[list[np.ndarray]]
-
-    def copy(self) -> _Attention:
-        return _Attention([list(r) for r in self.self_attn], [list(r) for r in self.cross_attn])
 
 
 @dataclass
@@ -153,14 +142,13 @@ class TranslationModel:
         want = any(r.seq.params.return_attention for r in requests)
         wanted = self.cross + (self.encoder_attention if want else [])
         out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, wanted, keep=self.cross)
-        attention: list[_Attention | None] | None = None
+        attention: list[RowAttention | None] | None = None
         if want:
             attention = []
             for i, r in enumerate(requests):
                 n = len(r.seq.src_ids)
                 r.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]
-                layers = range(self.n_layers) if r.seq.params.return_attention else range(0)
-                attention.append(_Attention([[] for _ in layers], [[] for _ in layers]) if layers else None)
+                attention.append(RowAttention.empty(self.n_layers) if r.seq.params.return_attention else None)
         greedy = [r for r in requests if not r.beams]
         chooser = ChooserRows.create([r.seq.params.sampling or GREEDY for r in greedy], self.vocab_size, (), [0] * len(greedy))
         stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
@@ -186,23 +174,15 @@ class TranslationModel:
         return TranslationResult(hypotheses, len(req.seq.src_ids), attention, req.tail)
 
     def attention(self, req: _Request, best: Finished) -> dict[str, Any]:
-        """The maps of the best hypothesis, one row per output token (an end token's row is left out)."""
-
-        def names(ids: list[int]) -> list[str | None]:
-            return [self.tokenizer.id_to_token(t) for t in ids]
-
-        rows: _Attention = best.extra
-        steps, heads, src = len(best.tokens), self.artifact.n_heads, len(req.seq.src_ids)
-        empty = steps == 0
+        src = req.seq.src_ids
+        maps = best.extra.maps(len(best.tokens), self.artifact.n_heads, len(src))
+        names = self.tokenizer.id_to_token
         return {
-            "source_tokens": names(req.seq.src_ids),
-            "target_tokens": names(best.tokens),
-            "decoder_input_tokens": names([self.bos, *best.tokens[:-1]]),
+            "source_tokens": [names(t) for t in src],
+            "target_tokens": [names(t) for t in best.tokens],
+            "decoder_input_tokens": [names(t) for t in [self.bos, *best.tokens[:-1]]],
             "encoder": [to_json(a) for a in req.encoder_attention],
-            "decoder": [to_json(np.zeros((heads, 0, 0)) if empty else stack_rows(r[:steps], steps)) for r in rows.self_attn],
-            "cross": [
-                to_json(np.zeros((heads, 0, src)) if empty else np.concatenate(r[:steps], axis=1)) for r in rows.cross_attn
-            ],
+            **maps,
         }
 
 
@@ -215,7 +195,7 @@ class TranslationBatch:
         targets: Targets,
         chooser: ChooserRows,
         stops: StopRows,
-        attention: list[_Attention | None] | None,
+        attention: list[RowAttention | None] | None,
         cache: KVCache,
         cross: CrossState,
         next_ids: np.ndarray,
@@ -250,7 +230,8 @@ class TranslationBatch:
         if self.attention is not None:
             self._record_attention(out, cache)
         logits = out["logits"][:, -1]
-        banned = banned_ngrams(self.targets, np.repeat([r.seq.params.no_repeat_ngram_size for r in self.requests], self.counts))
+        sizes = [r.seq.params.no_repeat_ngram_size for r in self.requests]
+        banned = banned_ngrams(self.targets, np.repeat(sizes, self.counts), set(sizes))
         offsets = np.cumsum(self.counts) - self.counts
         emits: list[Emit] = []
         parts = []
@@ -321,7 +302,7 @@ class TranslationBatch:
         local[rows] = np.arange(len(rows))
         return local
 
-    def _attention_of(self, row: int) -> _Attention | None:
+    def _attention_of(self, row: int) -> RowAttention | None:
         return None if self.attention is None else self.attention[row]
 
     def _observe(self, now: float) -> None:
@@ -359,13 +340,10 @@ class TranslationBatch:
         n = self.model.n_layers
         self_maps, cross_maps = self.model.decoder_attention[:n], self.model.decoder_attention[n:]
         for row, rows in enumerate(self.attention):
-            if rows is None:
-                continue
-            keys = cache.mask[row].astype(bool)  # drop left padding
-            src = int(self.cross.mask[row].sum())  # drop right padding
-            for layer in range(n):
-                rows.self_attn[layer].append(out[self_maps[layer]][row][:, :, keys])
-                rows.cross_attn[layer].append(out[cross_maps[layer]][row][:, :, :src])
+            if rows is not None:
+                keys = cache.mask[row].astype(bool)  # drop left padding
+                src = int(self.cross.mask[row].sum())  # drop right padding
+                rows.record([out[name][row][:, :, keys] for name in self_maps], [out[name][row][:, :, :src] for name in cross_maps])
 
     def _take(self, requests: list[int]) -> TranslationBatch | None:
         if not requests:
