@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 H = TypeVar("H", bound=Handle[Any, Any])
 
-# Prefill (and prompt scoring) computes logits at every prompt position ([B, S, V] floats): cap B * S
-# per call. While other sequences are decoding, a step's prefill gets the smaller budget, so a burst of
-# long prompts joins over several steps instead of stalling the running streams for all of them at once.
+# Padded prompt tokens (B * S) per prefill call: prompt scoring computes logits at every position, and
+# older generator graphs do for prefill too. While other sequences are decoding, a step's prefill gets
+# the smaller budget (one longest prompt of the committed generator, 255 tokens), so a burst of long
+# prompts joins over several steps instead of stalling the running streams for all of them at once.
 MAX_PREFILL_TOKENS = 4096
-STEP_PREFILL_TOKENS = 512
+STEP_PREFILL_TOKENS = 256
 
 
 class Sequence:
