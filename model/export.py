@@ -6,6 +6,9 @@ reshape), every length dynamic, the KV cache as graph inputs/outputs, int64 ids.
 Weights are stored as fp16 initializers followed by a Cast to fp32 (ORT folds
 the Cast at load), which halves the files; the PyTorch weights are rounded the
 same way first, so the graph and the reference model compute the same function.
+Graph roles, files and input/output names come from the contract module (service/contract/), which
+the server imports too; the generator graph's optional ``logits_to_keep`` input gets its default (0,
+every position) as an initializer of the same name after export.
 """
 
 from __future__ import annotations

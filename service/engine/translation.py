@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from service.contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import RowAttention, to_json
 from service.engine.beam_search import BeamPool, Finished, Targets, banned_ngrams, beam_step
 from service.engine.chooser import ChooserRows, choose
@@ -115,10 +116,10 @@ class TranslationModel:
         self.pad, self.bos, self.eos = (artifact.special_tokens[k] for k in ("pad", "bos", "eos"))
         n_dec, n_enc = artifact.n_decoder_layers, artifact.dims["n_encoder_layers"]
         self.n_layers = n_dec
-        self.cross = kv_names("cross", n_dec)
-        self.present = kv_names("present", n_dec)
-        enc_attn = [f"attentions.{i}" for i in range(n_enc)]
-        dec_attn = [f"attentions.{i}" for i in range(n_dec)] + [f"cross_attentions.{i}" for i in range(n_dec)]
+        self.cross = kv_names(CROSS, n_dec)
+        self.present = kv_names(PRESENT, n_dec)
+        enc_attn = layer_names(ATTENTIONS, n_enc)
+        dec_attn = layer_names(ATTENTIONS, n_dec) + layer_names(CROSS_ATTENTIONS, n_dec)
         has_attention = all(encoder.has_output(n) for n in enc_attn) and all(decoder.has_output(n) for n in dec_attn)
         self.encoder_attention = enc_attn if has_attention else []
         self.decoder_attention = dec_attn if has_attention else []
