@@ -178,7 +178,8 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
 
 def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str, np.ndarray]) -> None:
     """A 3-token prefill with logits_to_keep = 1 returns the last position's logits, and with the
-    default (0) all three, as the contract says."""
+    default (0) all three, as the contract says (an int8 graph: the shapes only, since its dynamic
+    activation scales depend on the positions present)."""
     claim = f"graphs.{DECODER}.inputs {LOGITS_TO_KEEP}"
     feeds = {
         INPUT_IDS: _ids([0, artifact.vocab_size - 1, 0]),
@@ -189,8 +190,10 @@ def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str
     }
     every = np.asarray(_run(artifact, dec, feeds, [LOGITS], claim)[LOGITS])
     last = np.asarray(_run(artifact, dec, feeds | dec.last_logits_only, [LOGITS], claim)[LOGITS])
-    if every.shape[1] != 3 or last.shape[1] != 1 or not np.allclose(last[:, 0], every[:, -1], atol=1e-3):
+    same = dec.quantization == "int8" or np.allclose(last[:, 0], every[:, -1], atol=1e-3)
+    if every.shape[1] != 3 or last.shape[1] != 1 or not same:
         raise ArtifactError(
             f"{_config(artifact)}: {claim}: {dec.file.name} returned logits of shape {list(last.shape)} for "
-            f"{LOGITS_TO_KEEP}=1 and {list(every.shape)} without it (expected [1, 1, V] equal to the last of [1, 3, V])"
+            f"{LOGITS_TO_KEEP}=1 and {list(every.shape)} without it (expected [1, 1, V], equal to the last "
+            "of [1, 3, V])"
         )

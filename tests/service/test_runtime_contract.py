@@ -81,6 +81,15 @@ def test_the_generator_session_keeps_the_last_logits_only(tiny_artifacts: Path, 
         np.testing.assert_array_equal(last[name], every[name])
 
 
+def test_the_int8_generator_passes_the_start_up_checks(tiny_artifacts: Path) -> None:
+    """Its logits_to_keep = 1 logits are close to, not equal to, the last row of k = 0 (dynamic activation
+    scales over the positions present): the probe checks the shapes there."""
+    artifact = load_artifact(tiny_artifacts / "generator")
+    session = GraphSession("generator", artifact.graphs[DECODER], RuntimeOptions(device="cpu", quantization="int8"))
+    assert session.quantization == "int8" and session.last_logits_only
+    check_artifact(artifact, {DECODER: session}, artifact.load_tokenizer(), 64)
+
+
 def _without_logits_to_keep(tiny_artifacts: Path, tmp_path: Path) -> Path:
     """The tiny generator as an older export's config.json describes it (no optional input listed)."""
     folder = tmp_path / "generator"
