@@ -163,7 +163,8 @@ def beam_step(
 
 def _top(candidates: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's `width` best flat indices, best first (ties: lower index), and their values."""
-    ids = np.sort(np.argpartition(-candidates, width - 1, axis=1)[:, :width], axis=1)
+    n = candidates.shape[1]
+    ids = np.sort(np.argpartition(candidates, n - width, axis=1)[:, n - width :], axis=1)  # no negated copy
     values = np.take_along_axis(candidates, ids, axis=1)
     order = np.argsort(-values, axis=1, kind="stable")
     return np.take_along_axis(ids, order, axis=1), np.take_along_axis(values, order, axis=1)
