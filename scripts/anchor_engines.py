@@ -1,11 +1,12 @@
 """The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
 
-    python -m scripts.anchor_engines ct2|hf --artifacts DIR --work DIR [--threads 2] [shape options]
+    python -m scripts.anchor_engines ct2|hf generator|generator-int8|translator|classifier \
+        --artifacts DIR --work DIR [--threads 2] [shape options]
 
 builds nothing: it loads the models that `build_hf_and_ct2` saved in --work and answers one JSON line
 per JSON request line on stdin ({"row", "concurrency", "requests"} -> {"value", "lengths"}). Each engine
-has a process of its own: CTranslate2 and torch each bring a libgomp, and two OpenMP runtimes in one
-process slowed HF's decoding 4x here; bench_anchor's HTTP client process uses neither.
+and model has a process of its own (see PARTS): CTranslate2 and torch each bring a libgomp, and two
+OpenMP runtimes in one process slowed HF's decoding 4x here; bench_anchor's HTTP client uses neither.
 """
 
 from __future__ import annotations
@@ -63,13 +64,14 @@ def hf_model(kind: str, d: dict[str, Any]) -> Any:
             n_head=d["n_heads"], n_inner=d["d_ff"], activation_function="gelu",
             bos_token_id=special["bos"], eos_token_id=special["eos"], pad_token_id=special["pad"]))
     if kind == "translator":
-        # Marian's pad token is its last one, which the converter drops again: one row more than ours.
+        # Marian's pad token is its last one (the converter drops it again: one row more than ours), and its
+        # zero embedding starts the decoder, as CTranslate2's start_from_zero_embedding does.
         return transformers.MarianMTModel(transformers.MarianConfig(
             vocab_size=d["vocab_size"] + 1, d_model=d["d_model"], encoder_layers=d["n_encoder_layers"],
             decoder_layers=d["n_decoder_layers"], encoder_attention_heads=d["n_heads"],
             decoder_attention_heads=d["n_heads"], encoder_ffn_dim=d["d_ff"], decoder_ffn_dim=d["d_ff"],
             max_position_embeddings=d["max_positions"], activation_function="relu", pad_token_id=d["vocab_size"],
-            eos_token_id=special["eos"], bos_token_id=special["bos"], decoder_start_token_id=special["bos"],
+            eos_token_id=special["eos"], bos_token_id=special["bos"], decoder_start_token_id=d["vocab_size"],
             forced_eos_token_id=None))
     return transformers.BertForSequenceClassification(transformers.BertConfig(
         vocab_size=d["vocab_size"], hidden_size=d["d_model"], num_hidden_layers=d["n_layers"],
@@ -154,37 +156,41 @@ class Shapes:
         self.text = Tokenizer.from_file(str(artifacts / "classifier" / "tokenizer.json")).encode(TEXT).ids
 
 
-class CT2:
-    """CTranslate2 on the converted models; token strings come from each model's vocabulary.json."""
+# Which model (and compute type) each row runs on. Each (engine, part) pair gets a process of its own:
+# with CTranslate2 4.8.5 here (AMD EPYC), loading an int8 model beside a float32 one halved the float32
+# generator's speed, and after a translator batch in the same process it decoded one request 4x slower.
+PARTS = {"generator_c16": "generator", "generator_c1": "generator", "generator_int8_c16": "generator-int8",
+         "translator_beam4_c16": "translator", "translator_greedy_c16": "translator",
+         "classifier_c32": "classifier", "classifier_c1": "classifier"}
 
-    def __init__(self, work: Path, shapes: Shapes, threads: int) -> None:
+
+class CT2:
+    """CTranslate2 on one converted model; token strings come from its vocabulary.json."""
+
+    def __init__(self, work: Path, shapes: Shapes, threads: int, part: str) -> None:
         import ctranslate2
 
-        def vocab(kind: str) -> list[str]:
-            path = work / kind / "ct2"
-            name = "vocabulary.json" if (path / "vocabulary.json").is_file() else "shared_vocabulary.json"
-            return json.loads((path / name).read_text())
-
+        kind, compute_type = part.removesuffix("-int8"), "int8" if part.endswith("-int8") else "float32"
+        path = work / kind / "ct2"
+        vocab = json.loads(next(f for f in (path / "vocabulary.json", path / "shared_vocabulary.json")
+                                if f.is_file()).read_text())
         self.s = shapes
-        gen, src = vocab("generator"), vocab("translator")
-        self.prompt = [gen[i] for i in shapes.prompt]
-        self.source = [src[i] for i in shapes.source]
-        opts = {"device": "cpu", "intra_threads": threads, "inter_threads": 1}
-        self.generator = {ct: ctranslate2.Generator(str(work / "generator" / "ct2"), compute_type=ct, **opts)
-                          for ct in ("float32", "int8")}
-        self.translator = ctranslate2.Translator(str(work / "translator" / "ct2"), compute_type="float32", **opts)
-        self.encoder = ctranslate2.Encoder(str(work / "classifier" / "ct2"), compute_type="float32", **opts)
-        head = np.load(work / "classifier" / "hf" / "head.npz")
-        self.head_w, self.head_b = head["weight"].T.copy(), head["bias"]
+        opts = {"device": "cpu", "intra_threads": threads, "inter_threads": 1, "compute_type": compute_type}
+        if kind == "generator":
+            self.prompt, self.generator = [vocab[i] for i in shapes.prompt], ctranslate2.Generator(str(path), **opts)
+        elif kind == "translator":
+            self.source, self.translator = [vocab[i] for i in shapes.source], ctranslate2.Translator(str(path), **opts)
+        else:
+            self.encoder = ctranslate2.Encoder(str(path), **opts)
+            head = np.load(work / "classifier" / "hf" / "head.npz")
+            self.head_w, self.head_b = head["weight"].T.copy(), head["bias"]
 
-    def generate(self, compute_type: str) -> Run:
-        def run(n: int) -> tuple[int, list[int]]:
-            out = self.generator[compute_type].generate_batch(
-                [self.prompt] * n, max_length=self.s.new_tokens, min_length=self.s.new_tokens,
-                include_prompt_in_result=False, beam_size=1)
-            lengths = [len(r.sequences_ids[0]) for r in out]
-            return sum(lengths), lengths
-        return run
+    def generate(self, n: int) -> tuple[int, list[int]]:
+        out = self.generator.generate_batch(
+            [self.prompt] * n, max_length=self.s.new_tokens, min_length=self.s.new_tokens,
+            include_prompt_in_result=False, beam_size=1)
+        lengths = [len(r.sequences_ids[0]) for r in out]
+        return sum(lengths), lengths
 
     def translate(self, beams: int) -> Run:
         def run(n: int) -> tuple[int, list[int]]:
@@ -205,25 +211,24 @@ class CT2:
 
 
 class HF:
-    """Eager PyTorch through transformers' generate (greedy or beam search) and a plain forward."""
+    """Eager PyTorch on one model: transformers' generate (greedy or beam search), or a plain forward."""
 
-    def __init__(self, work: Path, shapes: Shapes, threads: int) -> None:
+    def __init__(self, work: Path, shapes: Shapes, threads: int, part: str) -> None:
         import torch
         import transformers
 
         transformers.logging.set_verbosity_error()
         torch.set_num_threads(threads)
         self.torch, self.s = torch, shapes
-        self.generator = transformers.GPT2LMHeadModel.from_pretrained(work / "generator" / "hf").eval()
-        self.translator = transformers.MarianMTModel.from_pretrained(work / "translator" / "hf").eval()
-        self.classifier = transformers.BertForSequenceClassification.from_pretrained(
-            work / "classifier" / "hf").eval()
+        cls = {"generator": transformers.GPT2LMHeadModel, "translator": transformers.MarianMTModel,
+               "classifier": transformers.BertForSequenceClassification}[part]
+        self.model = cls.from_pretrained(work / part / "hf").eval()
 
     def generate(self, n: int) -> tuple[int, list[int]]:
         ids = self.torch.tensor([self.s.prompt] * n)
         with self.torch.inference_mode():
-            out = self.generator.generate(ids, attention_mask=self.torch.ones_like(ids), do_sample=False,
-                                          max_new_tokens=self.s.new_tokens, min_new_tokens=self.s.new_tokens)
+            out = self.model.generate(ids, attention_mask=self.torch.ones_like(ids), do_sample=False,
+                                      max_new_tokens=self.s.new_tokens, min_new_tokens=self.s.new_tokens)
         lengths = [out.shape[1] - ids.shape[1]] * n
         return sum(lengths), lengths
 
@@ -231,7 +236,7 @@ class HF:
         def run(n: int) -> tuple[int, list[int]]:
             ids = self.torch.tensor([self.s.source] * n)
             with self.torch.inference_mode():
-                out = self.translator.generate(
+                out = self.model.generate(
                     ids, attention_mask=self.torch.ones_like(ids), num_beams=beams, do_sample=False,
                     max_new_tokens=self.s.target_tokens, min_new_tokens=self.s.target_tokens,
                     no_repeat_ngram_size=0, length_penalty=1.0, early_stopping=False)
@@ -242,8 +247,8 @@ class HF:
     def classify(self, n: int) -> tuple[int, list[int]]:
         ids = self.torch.tensor([self.s.text] * n)
         with self.torch.inference_mode():
-            self.classifier(input_ids=ids, attention_mask=self.torch.ones_like(ids),
-                            token_type_ids=self.torch.zeros_like(ids)).logits.softmax(-1)
+            self.model(input_ids=ids, attention_mask=self.torch.ones_like(ids),
+                       token_type_ids=self.torch.zeros_like(ids)).logits.softmax(-1)
         return n, [0] * n
 
 
@@ -257,15 +262,14 @@ def batched(run: Run, concurrency: int, requests: int) -> tuple[float, list[int]
     return units / (time.perf_counter() - started), lengths
 
 
-def runs(engine: CT2 | HF) -> dict[str, Run]:
-    """The batch function of each row an engine takes part in."""
-    out: dict[str, Run] = {"translator_beam4_c16": engine.translate(4), "translator_greedy_c16": engine.translate(1),
-                           "classifier_c32": engine.classify, "classifier_c1": engine.classify}
-    if isinstance(engine, CT2):
-        out |= {"generator_c16": engine.generate("float32"), "generator_int8_c16": engine.generate("int8")}
-    else:
-        out["generator_c16"] = engine.generate
-    return out | {"generator_c1": out["generator_c16"]}
+def runs(engine: CT2 | HF, part: str) -> dict[str, Run]:
+    """The batch function of each row of `part`."""
+    table: dict[str, Callable[[], Run]] = {
+        "generator_c16": lambda: engine.generate, "generator_c1": lambda: engine.generate,
+        "generator_int8_c16": lambda: engine.generate, "translator_beam4_c16": lambda: engine.translate(4),
+        "translator_greedy_c16": lambda: engine.translate(1), "classifier_c32": lambda: engine.classify,
+        "classifier_c1": lambda: engine.classify}
+    return {row: table[row]() for row, p in PARTS.items() if p == part}
 
 
 def shape_options(parser: argparse.ArgumentParser) -> None:
@@ -279,6 +283,7 @@ def main() -> None:
     """Load one engine, then answer requests (the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engine", choices=("ct2", "hf"))
+    parser.add_argument("part", choices=sorted(set(PARTS.values())))
     parser.add_argument("--artifacts", type=Path, required=True, help="our artifacts (tokenizers, dims)")
     parser.add_argument("--work", type=Path, required=True, help="where build_hf_and_ct2 saved the models")
     shape_options(parser)
@@ -289,14 +294,16 @@ def main() -> None:
     shapes = Shapes(args, args.artifacts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        table_ = runs(CT2(work, shapes, args.threads) if args.engine == "ct2" else HF(work, shapes, args.threads))
-    protocol.write(json.dumps({"ready": True}) + "\n")
-    for line in sys.stdin:
-        ask = json.loads(line)
-        value, lengths = batched(table_[ask["row"]], ask["concurrency"], ask["requests"])
-        protocol.write(json.dumps({"value": value, "lengths": lengths}) + "\n")
-
-
+        engine = (HF if args.engine == "hf" else CT2)(work, shapes, args.threads, args.part)
+        table_ = runs(engine, args.part)
+    try:
+        protocol.write(json.dumps({"ready": True}) + "\n")
+        for line in sys.stdin:
+            ask = json.loads(line)
+            value, lengths = batched(table_[ask["row"]], ask["concurrency"], ask["requests"])
+            protocol.write(json.dumps({"value": value, "lengths": lengths}) + "\n")
+    except BrokenPipeError:  # bench_anchor stopped (e.g. a server failed to start): its error is the one to read
+        pass
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from scripts.anchor_engines import KINDS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims, export_random, shape_options
+from scripts.anchor_engines import (KINDS, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims, export_random,
+                                    shape_options)
 from scripts.bench import REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, machine_cpu_seconds
 
 ROWS: dict[str, tuple[str, str, int, int]] = {
@@ -111,8 +112,8 @@ def over_http(url: str, ours: Ours, client: Client, concurrency: int, requests: 
 class Worker:
     """An engine in its own process (scripts/anchor_engines.py)."""
 
-    def __init__(self, engine: str, argv: list[str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", engine, *argv],
+    def __init__(self, engine: str, part: str, argv: list[str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", engine, part, *argv],
                                      cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +124,7 @@ class Worker:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the {self.proc.args[3]} worker exited with {self.proc.wait()}")
+            raise RuntimeError(f"the {self.proc.args[3]} {self.proc.args[4]} worker exited with {self.proc.wait()}")
         return json.loads(line)
 
     def measure(self, row: str, concurrency: int, requests: int) -> tuple[float, list[int]]:
@@ -140,7 +141,7 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[str, Worker], scale: float,
+def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[str, str], Worker], scale: float,
                   rows: list[str]) -> dict[str, Any]:
     clients = {"generator_c16": ours.generate(False), "generator_c16_stream": ours.generate(True),
                "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
@@ -164,9 +165,9 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[str, Wor
         for name in ("ct2", "hf"):
             if key == "generator_c16_stream":
                 row[name], row["lengths"][name] = out["generator_c16"][name], out["generator_c16"]["lengths"][name]
-            elif name in workers and not (name == "hf" and key == "generator_int8_c16"):
+            elif (name, PARTS[key]) in workers:
                 time.sleep(0.1)  # let the last engine's spinning threads go idle
-                row[name], lengths = workers[name].measure(key, concurrency, requests)
+                row[name], lengths = workers[name, PARTS[key]].measure(key, concurrency, requests)
                 row["lengths"][name] = sorted(set(lengths))
             else:
                 row[name] = row["lengths"][name] = None
@@ -248,17 +249,20 @@ def main() -> None:
         warnings.simplefilter("ignore")
         build_hf_and_ct2(args.artifacts, work)
         if args.ours == "random":
-            export_random(args.artifacts, work / "ours")
+            export_random(args.artifacts, work / f"ours-{exporter_digest()}")
     if args.prepare_only:
         print(f"models in {work}")
         return
-    served = work / "ours" if args.ours == "random" else args.artifacts
+    served = work / f"ours-{exporter_digest()}" if args.ours == "random" else args.artifacts
     shapes = Shapes(args, served)
     ours = Ours(shapes)
     argv = ["--artifacts", str(served), "--work", str(work), "--threads", str(args.threads),
             "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
             "--target-tokens", str(args.target_tokens)]
-    workers = {name: Worker(name, argv) for name in ("ct2", *(() if args.no_hf else ("hf",)))}
+    parts = {PARTS[row] for row in rows if row in PARTS}
+    engines = ("ct2",) if args.no_hf else ("ct2", "hf")
+    workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
+               if (e, p) != ("hf", "generator-int8")}  # no int8 HF row
     settings = {"models": ",".join(KINDS), "max_new_tokens": max(args.new_tokens, args.target_tokens, 256)}
     servers = {"float32": Server(served, args.threads, **settings),  # all four start side by side
                "int8": Server(served, args.threads, quantization="int8", **settings)}
@@ -294,6 +298,14 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {args.out}")
+
+
+def exporter_digest() -> str:
+    """Of the sources an export depends on: a changed exporter or graph contract gets a fresh random export."""
+    digest = hashlib.sha256()
+    for path in sorted([*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py")]):
+        digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def versions() -> dict[str, str]:

@@ -9,22 +9,32 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
 
 from scripts.bench_anchor import ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_anchor_runs_every_engine_on_tiny_models(tiny_artifacts: Path, tmp_path: Path) -> None:
-    out = tmp_path / "anchor.json"
+@pytest.fixture(scope="module")
+def anchor(tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    """One run of the script on the tiny artifacts: (its JSON, its stdout, the folder of its built models)."""
+    tmp = tmp_path_factory.mktemp("anchor")
     command = [
         sys.executable, "-m", "scripts.bench_anchor", "--artifacts", str(tiny_artifacts), "--ours", "as-is",
-        "--work", str(tmp_path / "work"), "--rounds", "2", "--scale", "0.01", "--threads", "1",
-        "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--out", str(out),
+        "--work", str(tmp / "work"), "--rounds", "2", "--scale", "0.01", "--threads", "1",
+        "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--out", str(tmp / "anchor.json"),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    return json.loads((tmp / "anchor.json").read_text()), done.stdout, tmp / "work"
+
+
+def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], str, Path]) -> None:
+    result, stdout, _ = anchor
 
     rows = result["rows"]
     assert set(rows) == {*ROWS, "inter_token_latency_c16"}
@@ -44,4 +54,42 @@ def test_anchor_runs_every_engine_on_tiny_models(tiny_artifacts: Path, tmp_path:
     # Ratios are taken within each round, then the median: two rounds -> the mean of the two.
     per_round = [r["classifier_c32"]["ours_per_ct2"] for r in result["rounds"]]
     assert abs(rows["classifier_c32"]["ours_per_ct2"] - round(sum(per_round) / 2, 3)) < 1e-3
-    assert "| ours / CT2 |" in done.stdout
+    assert "| ours / CT2 |" in stdout
+
+
+def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any], str, Path]) -> None:
+    """The converted models are the HF ones (so both columns measure one model): logits, pooled output, scores."""
+    import ctranslate2
+    import torch
+    import transformers
+
+    work = anchor[2]
+    ids = np.random.default_rng(0).integers(5, 200, (2, 7))
+
+    def vocab(kind: str) -> list[str]:
+        path = work / kind / "ct2"
+        return json.loads(next(f for f in path.glob("*vocabulary.json")).read_text())
+
+    gen = vocab("generator")
+    ct2 = np.asarray(ctranslate2.Generator(str(work / "generator" / "ct2")).forward_batch(
+        [[gen[i] for i in row] for row in ids]))
+    hf = transformers.GPT2LMHeadModel.from_pretrained(work / "generator" / "hf").eval()
+    with torch.inference_mode():
+        np.testing.assert_allclose(ct2, hf(torch.tensor(ids)).logits.numpy(), atol=1e-4)
+
+    encoder = ctranslate2.Encoder(str(work / "classifier" / "ct2"))
+    pooled = encoder.forward_batch(ids.tolist(), token_type_ids=np.zeros_like(ids).tolist()).pooler_output
+    bert = transformers.BertModel.from_pretrained(work / "classifier" / "hf").eval()
+    with torch.inference_mode():
+        np.testing.assert_allclose(np.asarray(pooled), bert(torch.tensor(ids)).pooler_output.numpy(), atol=1e-4)
+
+    src, tgt = vocab("translator"), ids[1, :5].tolist()
+    scored = ctranslate2.Translator(str(work / "translator" / "ct2")).score_batch(
+        [[src[i] for i in ids[0]]], [[src[i] for i in tgt]])[0].log_probs[:5]
+    marian = transformers.MarianMTModel.from_pretrained(work / "translator" / "hf").eval()
+    start = marian.config.decoder_start_token_id
+    with torch.inference_mode():
+        logits = marian(input_ids=torch.tensor(ids[:1]), decoder_input_ids=torch.tensor([[start, *tgt]])).logits[0]
+    expected = torch.log_softmax(logits[:, :-1], -1)  # the converter drops Marian's pad row (the last)
+    expected = expected[torch.arange(5), torch.tensor(tgt)].numpy()
+    np.testing.assert_allclose(scored, expected, atol=1e-4)
