@@ -14,13 +14,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RowArrays:
-    """Base for dataclasses whose fields are all arrays (or None) indexed by batch row on axis 0."""
+    """Base for dataclasses whose fields are all arrays (or None) indexed by batch row on axis 0; the
+    first field is never None."""
 
     def __len__(self) -> int:
-        return next(len(v) for v in self._values() if v is not None)
-
-    def _values(self) -> list[np.ndarray | None]:
-        return [getattr(self, f.name) for f in fields(self)]
+        return len(getattr(self, fields(self)[0].name))
 
     def take(self, rows: np.ndarray) -> Self:
         return replace(self, **{f.name: _take(getattr(self, f.name), rows) for f in fields(self)})
