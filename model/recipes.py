@@ -58,7 +58,7 @@ class StartingPoint:
     tokenizer: Tokenizer
     weights: nn.Module | None  # recovered from the artifact; None: the run folder or a fresh model
     state: TrainState | None  # totals carried over with those weights
-    origin: str
+    origin: str | None  # None: resuming runs/<kind>/ (train() records that itself)
 
 
 def carried_state(card: dict[str, Any]) -> TrainState:
@@ -90,7 +90,8 @@ def starting_point(args: RecipeArgs, kind: str) -> StartingPoint:
             raise ValueError(f"{artifact}: no graph holds {unused}; cannot continue training from it")
         return StartingPoint(tokenizer, model, carried_state(card),
                              f"{artifact} (weights recovered from the ONNX graphs, fp16; fresh optimizer)")
-    return StartingPoint(prepare_run(args, kind), None, None, "scratch")
+    resuming = args.resume and not fresh_run
+    return StartingPoint(prepare_run(args, kind), None, None, None if resuming else "scratch")
 
 
 def cooldown_branch(run_dir: Path) -> Path:
@@ -288,21 +289,21 @@ def classifier_config(vocab_size: int, tiny: bool) -> Any:
                             dropout=0.1, special_tokens=special)
 
 
-def classifier_start(args: RecipeArgs, model: nn.Module, tokenizer: Tokenizer) -> StartingPoint:
-    """The pretraining run in runs/ when there is one; else the committed pretrained encoder
-    (artifacts/classifier/pretrained.safetensors, fp16: the served graph holds fine-tuned weights, not
-    these); else scratch."""
+def resume_committed_pretraining(args: RecipeArgs) -> str | None:
+    """On a fresh machine, unpack the committed pretraining run (artifacts/classifier/pretrained.safetensors:
+    the served graph holds fine-tuned weights, not these) into runs/classifier/pretrain/, so the stable
+    segment resumes it with a fresh optimizer. Returns the origin to record, or None (runs/ has one, or
+    nothing is committed: scratch)."""
+    from model.packed_run import unpack_run
+
     committed = args.artifacts_dir / "classifier" / "pretrained.safetensors"
-    card_path = args.artifacts_dir / "classifier" / "card.json"
-    fresh_run = not (args.run_dir / "pretrain" / "resume.pt").exists()
-    if args.resume and fresh_run and not args.tiny and committed.exists() and card_path.exists():
-        pretraining = json.loads(card_path.read_text())["pretraining"]
-        load_weights(model, committed)
-        state = TrainState(step=pretraining["steps"], elapsed_s=pretraining["minutes"] * 60,
-                           items_seen=pretraining["tokens_seen"], history=list(pretraining["history"]),
-                           segments=list(pretraining["segments"]))
-        return StartingPoint(tokenizer, model, state, f"{committed} (fp16 weights; fresh optimizer)")
-    return StartingPoint(tokenizer, None, None, "scratch")
+    pretrain_dir = args.run_dir / "pretrain"
+    if not args.resume or args.tiny or (pretrain_dir / "resume.pt").exists() or not committed.exists():
+        return None
+    shutil.rmtree(args.run_dir, ignore_errors=True)  # a stale tokenizer must not survive
+    unpack_run(committed, pretrain_dir)
+    shutil.copyfile(pretrain_dir / "tokenizer.json", args.run_dir / "tokenizer.json")
+    return f"{committed} (fp16 weights; fresh optimizer)"
 
 
 def train_classifier(args: RecipeArgs) -> None:
@@ -313,6 +314,7 @@ def train_classifier(args: RecipeArgs) -> None:
     from model.data.baselines import tfidf_baseline
     from model.tasks.classification import PretrainTask
 
+    origin = resume_committed_pretraining(args)
     tokenizer = prepare_run(args, "classifier")
     pretrain_args = replace(args, run_dir=args.run_dir / "pretrain")
     prepare_run(pretrain_args, "classifier", source=args.run_dir / "tokenizer.json")  # the cooldown branch copies it
@@ -324,7 +326,8 @@ def train_classifier(args: RecipeArgs) -> None:
                                  schedule="wsd")
     torch.manual_seed(0)
     model = Classifier(config)
-    start = classifier_start(args, model, tokenizer)
+    resuming = args.resume and (pretrain_args.run_dir / "resume.pt").exists()
+    start = StartingPoint(tokenizer, None, None, origin or (None if resuming else "scratch"))
     pretrain = PretrainTask(args.data_dir / "classification" / "pretrain.txt",
                             Tokenizer.from_file(str(args.run_dir / "tokenizer.json")), SPECIAL_TOKENS["classifier"])
     finished = run_stable_or_cooldown(pretrain_args, model, pretrain, start, settings)

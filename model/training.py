@@ -8,7 +8,8 @@ Schedules (``TrainSettings.schedule``):
   ((1 - sqrt) shape) while the stable run stays free to continue.
 - ``linear``: warm-up, then linear decay to zero at the end of the budget (fine-tuning runs).
 
-Each call of ``train`` is a segment with its own budget (``minutes``, or ``max_steps`` in total);
+Each call of ``train`` is a segment with its own budget (``minutes``, or ``max_steps`` in total; minutes
+are CPU-minutes on the CPU, see ``training_clock``);
 everything needed to resume (weights, optimizer, step, elapsed time, history, segments) is saved at
 every validation, so a run killed at any point continues where it stopped.
 """
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainSettings:
-    minutes: float = 30.0  # wall-clock budget of this segment
+    minutes: float = 30.0  # budget of this segment: CPU-minutes on the CPU, wall minutes on a GPU (training_clock)
     max_steps: int = 10**9  # total steps, over all segments
     lr: float = 1e-3  # peak (the stable rate for wsd; where the decay starts for cooldown)
     warmup_steps: int = 300
@@ -82,6 +83,13 @@ def learning_rate(settings: TrainSettings, step: int, segment_s: float, segment_
     if settings.schedule == "cooldown":
         return settings.lr * (1.0 - math.sqrt(1.0 - remaining))  # (1 - sqrt): Hägele et al.'s best cooldown shape
     return settings.lr * warmup * remaining
+
+
+def training_clock(device: str) -> Callable[[], float]:
+    """What a segment's minutes count. On the CPU: the process's CPU time (all its threads), so a run
+    paused for a benchmark (SIGSTOP) or waiting for a busy core spends none of its budget, and the cards'
+    minutes are CPU-minutes. On a GPU the host mostly waits for the device: wall-clock time."""
+    return time.process_time if device == "cpu" else time.monotonic
 
 
 def on_device(batch: Any, model: nn.Module) -> Any:
@@ -180,7 +188,8 @@ def train(
     batches = task.train_batches()
     budget_s = settings.minutes * 60
     running, running_n = 0.0, 0
-    segment_start, first_step, first_items = time.monotonic(), state.step, state.items_seen
+    clock = training_clock(settings.device)
+    segment_start, first_step, first_items = clock(), state.step, state.items_seen
     total_before = state.elapsed_s
     bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
     segment_s = 0.0
@@ -196,7 +205,7 @@ def train(
         state.step += 1
         state.items_seen += n_items
         running, running_n = running + loss.item(), running_n + 1
-        now = time.monotonic() - segment_start
+        now = clock() - segment_start
         bar.update(int(now) - int(segment_s))
         segment_s = now
         state.elapsed_s = total_before + segment_s

@@ -17,7 +17,6 @@ afterwards: `python -m scripts.train <model> --cooldown 15`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,35 +24,14 @@ import sys
 import tarfile
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
+from model.packed_run import pack_run, unpack_run
 
 PACK = Path(".gpu")
-MODELS = ("translator", "generator")
-DATA_FILES = ("translation/train.jsonl", "translation/valid.jsonl", "generation/train.txt", "generation/valid.txt")
-
-
-def pack_weights(run_dir: Path, out: Path) -> None:
-    """runs/<model>/last (+ resume state, config, tokenizer) -> one fp16 safetensors file with metadata."""
-    weights = {k: v.half() if v.is_floating_point() else v for k, v in load_file(run_dir / "last.safetensors").items()}
-    state = torch.load(run_dir / "resume.pt", weights_only=False)["state"]
-    metadata = {"state": json.dumps(state), "config": (run_dir / "config.json").read_text(),
-                "tokenizer": (run_dir / "tokenizer.json").read_text()}
-    save_file(weights, out, metadata=metadata)
-
-
-def unpack_weights(packed: Path, run_dir: Path) -> None:
-    """The inverse: a run folder that train() resumes (weights fp32, no optimizer state: a fresh one)."""
-    from safetensors import safe_open
-
-    with safe_open(packed, "pt") as f:
-        metadata = f.metadata()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.float() if v.is_floating_point() else v for k, v in load_file(packed).items()},
-              run_dir / "last.safetensors")
-    (run_dir / "config.json").write_text(metadata["config"])
-    (run_dir / "tokenizer.json").write_text(metadata["tokenizer"])
-    torch.save({"optimizer": None, "state": json.loads(metadata["state"])}, run_dir / "resume.pt")
+# The stable run of each model, under runs/: the classifier's is its MLM + NSP pretraining.
+STABLE_RUNS = {"translator": "translator", "generator": "generator", "classifier": "classifier/pretrain"}
+MODELS = tuple(STABLE_RUNS)
+DATA_FILES = ("translation/train.jsonl", "translation/valid.jsonl", "generation/train.txt", "generation/valid.txt",
+              "classification/pretrain.txt")
 
 
 def pack(data: Path, runs: Path) -> None:
@@ -62,9 +40,9 @@ def pack(data: Path, runs: Path) -> None:
         for name in DATA_FILES:
             tar.add(data / name, arcname=name)
     for kind in MODELS:
-        if (runs / kind / "resume.pt").exists():
-            pack_weights(runs / kind, PACK / f"{kind}.safetensors")
-            print(f"packed {runs / kind} -> {PACK / kind}.safetensors")
+        if (runs / STABLE_RUNS[kind] / "resume.pt").exists():
+            pack_run(runs / STABLE_RUNS[kind], PACK / f"{kind}.safetensors")
+            print(f"packed {runs / STABLE_RUNS[kind]} -> {PACK / kind}.safetensors")
         else:
             print(f"no {runs / kind}: the GPU run starts from artifacts/{kind}")
     size = sum(f.stat().st_size for f in PACK.iterdir()) / 2**20
@@ -79,7 +57,7 @@ def device(minutes: float, out: Path) -> None:
     for kind in MODELS:
         packed = PACK / f"{kind}.safetensors"
         if packed.exists():
-            unpack_weights(packed, Path("runs") / kind)
+            unpack_run(packed, Path("runs") / STABLE_RUNS[kind])
         log = (out / f"{kind}.log").open("w")
         jobs[kind] = (subprocess.Popen([sys.executable, "-m", "scripts.train", kind, "--minutes", str(minutes),
                                         "--device", "cuda"], stdout=log, stderr=subprocess.STDOUT,
@@ -88,8 +66,8 @@ def device(minutes: float, out: Path) -> None:
         code = job.wait()
         log.close()
         print(f"{kind}: exit {code}")
-        if (Path("runs") / kind / "resume.pt").exists():
-            pack_weights(Path("runs") / kind, out / f"{kind}.safetensors")
+        if (Path("runs") / STABLE_RUNS[kind] / "resume.pt").exists():
+            pack_run(Path("runs") / STABLE_RUNS[kind], out / f"{kind}.safetensors")
 
 
 def unpack(folder: Path, runs: Path) -> None:
@@ -98,10 +76,10 @@ def unpack(folder: Path, runs: Path) -> None:
         if not packed.exists():
             print(f"{kind}: nothing came back")
             continue
-        if (runs / kind).exists():
-            shutil.move(runs / kind, runs / f"{kind}.before-gpu")  # kept until the GPU segment is judged
-        unpack_weights(packed, runs / kind)
-        state = json.loads(json.dumps(torch.load(runs / kind / "resume.pt", weights_only=False)["state"]))
+        run = runs / STABLE_RUNS[kind]
+        if run.exists():
+            shutil.move(run, run.with_name(f"{run.name}.before-gpu"))  # kept until the GPU segment is judged
+        state = unpack_run(packed, run)
         print(f"{kind}: step {state['step']}, {state['elapsed_s'] / 60:.1f} min, last segment {state['segments'][-1]}")
 
 

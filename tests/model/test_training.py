@@ -126,14 +126,35 @@ def test_repeat_loop_detector() -> None:
 
 
 def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
-    from scripts.gpu_train import pack_weights, unpack_weights
+    from model.packed_run import pack_run, unpack_run
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     state = train(Linear(), CountingTask(), tmp_path / "run", settings)
     (tmp_path / "run" / "tokenizer.json").write_text('{"model": "tiny"}')
-    pack_weights(tmp_path / "run", tmp_path / "packed.safetensors")
-    unpack_weights(tmp_path / "packed.safetensors", tmp_path / "back")
+    pack_run(tmp_path / "run", tmp_path / "packed.safetensors")
+    unpack_run(tmp_path / "packed.safetensors", tmp_path / "back")
     assert (tmp_path / "back" / "tokenizer.json").read_text() == '{"model": "tiny"}'
     settings.max_steps = 8
     resumed = train(Linear(), CountingTask(), tmp_path / "back", settings)  # a fresh optimizer, same totals
     assert (resumed.step, len(resumed.segments)) == (8, 2) and resumed.items_seen == state.items_seen + 3 * 64
+
+
+def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: Path) -> None:
+    from model.packed_run import pack_run
+    from model.recipes import RecipeArgs, resume_committed_pretraining
+
+    settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
+    state = train(Linear(), CountingTask(), tmp_path / "earlier", settings)
+    (tmp_path / "earlier" / "tokenizer.json").write_text('{"model": "pretrained"}')
+    pack_run(tmp_path / "earlier", tmp_path / "artifacts" / "classifier" / "pretrained.safetensors")
+    args = RecipeArgs(tmp_path / "data", tmp_path / "runs" / "classifier", 1.0, artifacts_dir=tmp_path / "artifacts")
+
+    origin = resume_committed_pretraining(args)
+
+    assert origin is not None and "pretrained.safetensors" in origin
+    assert (args.run_dir / "tokenizer.json").read_text() == '{"model": "pretrained"}'  # the run's own tokenizer
+    settings.max_steps = 7
+    resumed = train(Linear(), CountingTask(), args.run_dir / "pretrain", settings, origin=origin)
+    assert resumed.step == 7 and resumed.items_seen == state.items_seen + 2 * 64
+    assert resumed.segments[-1]["origin"] == origin
+    assert resume_committed_pretraining(args) is None  # runs/ has the run now: it is resumed as it is
