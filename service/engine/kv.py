@@ -26,6 +26,19 @@ def _pad(x: np.ndarray, axis: int, length: int, left: bool) -> np.ndarray:
     return np.pad(x, widths)
 
 
+def _stack_padded(
+    masks: list[np.ndarray], tensors: list[list[Tensor]], left: bool
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The rows of several states as one: each padded to the longest on the left (the self-attention
+    cache) or on the right (the encoder's source), then stacked on the batch axis."""
+    length = max(m.shape[1] for m in masks)
+    mask = np.concatenate([_pad(m, 1, length, left) for m in masks], axis=0)
+    stacked = [
+        np.concatenate([_pad(to_numpy(t[i]), 2, length, left) for t in tensors], axis=0) for i in range(len(tensors[0]))
+    ]
+    return mask, stacked
+
+
 def _is_identity(rows: np.ndarray, n: int) -> bool:
     return len(rows) == n and bool(np.all(rows == np.arange(n)))
 
@@ -80,13 +93,7 @@ class KVCache:
 
     @staticmethod
     def concat(caches: list[KVCache]) -> KVCache:
-        length = max(c.mask.shape[1] for c in caches)
-        mask = np.concatenate([_pad(c.mask, 1, length, left=True) for c in caches], axis=0)
-        past = [
-            np.concatenate([_pad(to_numpy(c.past[i]), 2, length, left=True) for c in caches], axis=0)
-            for i in range(len(caches[0].past))
-        ]
-        return KVCache(mask, past)
+        return KVCache(*_stack_padded([c.mask for c in caches], [c.past for c in caches], left=True))
 
 
 @dataclass(frozen=True)
@@ -110,10 +117,4 @@ class CrossState:
 
     @staticmethod
     def concat(states: list[CrossState]) -> CrossState:
-        length = max(s.mask.shape[1] for s in states)
-        mask = np.concatenate([_pad(s.mask, 1, length, left=False) for s in states], axis=0)
-        kv = [
-            np.concatenate([_pad(to_numpy(s.kv[i]), 2, length, left=False) for s in states], axis=0)
-            for i in range(len(states[0].kv))
-        ]
-        return CrossState(mask, kv)
+        return CrossState(*_stack_padded([s.mask for s in states], [s.kv for s in states], left=False))
