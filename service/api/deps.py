@@ -14,7 +14,7 @@ from service.engine.engine import Engine
 T = TypeVar("T")
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:  # async: a sync dependency runs on a worker thread
     return request.app.state.engine  # type: ignore[no-any-return]
 
 

@@ -81,3 +81,9 @@ def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> Grap
         attention=tuple(attention),
         optional_inputs=(LOGITS_TO_KEEP,) if logits_to_keep else (),
     )
+
+# The server's scoring head (service/engine/top_logprobs.onnx, built by model/scoring_graph.py): logits
+# [rows, vocab] and k [1] in; each row's k best log-probabilities and their token ids out, best first.
+TOP_K = "k"
+TOP_LOGPROBS = "top_logprobs"
+TOP_IDS = "top_ids"

@@ -112,6 +112,15 @@ class BeamPool:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """Each row's best next tokens (service/engine/top_logprobs.py), best first, ties to the lower token:
+    enough of them that, after the banned ones (at -inf), 2 * num_beams remain."""
+
+    logprob: np.ndarray  # [R, K] float32 log-softmax values; banned tokens at -inf
+    token: np.ndarray  # [R, K] int64
+
+
+@dataclass(frozen=True)
 class BeamStep:
     """The live rows after a step, request by request: row i continues row parents[i] with tokens[i]."""
 
@@ -122,18 +131,18 @@ class BeamStep:
 
 
 def beam_step(
-    logp: np.ndarray,
+    candidates: Candidates,
     targets: Targets,
     counts: np.ndarray,
     pools: list[BeamPool],
     eos: int,
     extra: Callable[[int], Any] = lambda row: None,
 ) -> BeamStep:
-    """One step for requests whose rows are consecutive blocks of `counts[i]` rows (logp [R, V] float32,
-    banned tokens already at -inf; overwritten); finished hypotheses go to the pools (`extra(row)` is
-    kept with them)."""
-    V = logp.shape[1]
-    total = np.add(logp, targets.logprob[:, None], out=logp)  # candidate scores, in place: no new [R, V]
+    """One step for requests whose rows are consecutive blocks of `counts[i]` rows; finished hypotheses
+    go to the pools (`extra(row)` is kept with them). A request ranks its rows' candidates by flat index
+    (row, then rank within the row), which orders ties as ranking [rows, vocab] would: row, then token."""
+    K = candidates.logprob.shape[1]
+    total = candidates.logprob + targets.logprob[:, None]  # [R, K] candidate scores
     offsets = np.cumsum(counts) - counts
     beams = np.asarray([p.num_beams for p in pools], dtype=np.int64)
     lengths = targets.length[offsets]  # the rows of a request have one length
@@ -141,10 +150,10 @@ def beam_step(
     for c, k in sorted({(int(c), int(k)) for c, k in zip(counts, beams, strict=True)}):
         group = np.flatnonzero((counts == c) & (beams == k))
         rows = offsets[group, None] + np.arange(c)  # [G, c]
-        contiguous = len(group) * c == len(total) and c > 0
-        candidates = total.reshape(len(group), c * V) if contiguous else total[rows].reshape(len(group), c * V)
-        ranked, values = _top(candidates, min(2 * k, c * V))
-        parent, token = np.take_along_axis(rows, ranked // V, axis=1), ranked % V
+        flat = total[rows].reshape(len(group), c * K)
+        ranked, values = _top(flat, min(2 * k, c * K))
+        parent = np.take_along_axis(rows, ranked // K, axis=1)
+        token = np.take_along_axis(candidates.token[rows].reshape(len(group), c * K), ranked, axis=1)
         valid, end = np.isfinite(values), token == eos
         for g, j in zip(*np.nonzero(end & valid & (np.arange(values.shape[1]) < k)), strict=True):
             i, p = int(group[g]), int(parent[g, j])
@@ -162,12 +171,9 @@ def beam_step(
 
 
 def _top(candidates: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's `width` best flat indices, best first (ties: lower index), and their values."""
-    n = candidates.shape[1]
-    ids = np.sort(np.argpartition(candidates, n - width, axis=1)[:, n - width :], axis=1)  # no negated copy
-    values = np.take_along_axis(candidates, ids, axis=1)
-    order = np.argsort(-values, axis=1, kind="stable")
-    return np.take_along_axis(ids, order, axis=1), np.take_along_axis(values, order, axis=1)
+    """Each row's `width` best indices, best first (ties: lower index), and their values."""
+    order = np.argsort(-candidates, axis=1, kind="stable")[:, :width]
+    return order, np.take_along_axis(candidates, order, axis=1)
 
 
 def _finish(

@@ -19,14 +19,15 @@ from tokenizers import Tokenizer
 
 from service.contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import RowAttention, to_json
-from service.engine.beam_search import BeamPool, Finished, Targets, banned_ngrams, beam_step
+from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step
 from service.engine.chooser import ChooserRows, choose
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
-from service.engine.sampling import SamplingParams, log_softmax
+from service.engine.sampling import SamplingParams
 from service.engine.scheduler import Emit, Sequence
 from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release
 from service.engine.streaming import TextStream
+from service.engine.top_logprobs import TopLogprobs
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 
@@ -105,8 +106,10 @@ class TranslationModel:
         decoder: GraphSession,
         tokenizer: Tokenizer,
         metrics: Metrics,
+        top_logprobs: TopLogprobs | None = None,
     ) -> None:
         self.name = name
+        self.top_logprobs = top_logprobs or TopLogprobs()
         self.artifact = artifact
         self.encoder = encoder
         self.decoder = decoder
@@ -282,17 +285,26 @@ class TranslationBatch:
         self, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray], requests: np.ndarray, offsets: np.ndarray,
         emits: list[Emit],
     ) -> tuple[np.ndarray, ...]:
-        """The beam requests: one float32 log-softmax over their rows, then `beam_step` for all of them."""
+        """The beam requests: each row's best tokens from the scoring head (enough that 2 * num_beams
+        survive the n-gram ban), then `beam_step` for all of them."""
         counts = self.counts[requests]
         rows = np.arange(counts.sum()) + np.repeat(offsets[requests] - (np.cumsum(counts) - counts), counts)
         every = len(rows) == len(logits)
-        logp = log_softmax(logits if every else logits[rows])
         local, (ban_rows, ban_tokens) = self._local(rows), banned
         hit = local[ban_rows] >= 0
-        logp[local[ban_rows[hit]], ban_tokens[hit]] = -np.inf
+        ban_rows, ban_tokens = local[ban_rows[hit]], ban_tokens[hit]
+        most_banned = int(np.bincount(ban_rows).max()) if len(ban_rows) else 0
+        widest = 2 * max(self.requests[i].seq.params.num_beams for i in requests.tolist())
+        logprob, token = self.model.top_logprobs(logits if every else logits[rows], widest + most_banned)
+        if len(ban_rows):
+            row, rank = np.nonzero(token[ban_rows] == ban_tokens[:, None])
+            logprob[ban_rows[row], rank] = -np.inf
         targets = self.targets if every else self.targets.take(rows)
         pools = [self.requests[i].pool for i in requests.tolist()]
-        step = beam_step(logp, targets, counts, pools, self.model.eos, lambda r: self._attention_of(int(rows[r])))
+        step = beam_step(
+            Candidates(logprob, token), targets, counts, pools, self.model.eos,
+            lambda r: self._attention_of(int(rows[r])),
+        )
         for i in requests[step.counts == 0].tolist():
             emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
         return np.repeat(requests, step.counts), rows[step.parents], step.tokens, step.logprob

@@ -18,6 +18,7 @@ from service.engine.translation import (
     TranslationResult,
     TranslationSequence,
 )
+from service.engine.top_logprobs import TopLogprobs
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -45,7 +46,9 @@ class TranslationService:
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
-        self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
+        self.model = TranslationModel(
+            self.name, artifact, encoder, decoder, self.tokenizer, metrics, TopLogprobs()
+        )
         self.scheduler: Scheduler[TranslationSequence] = Scheduler.from_settings(
             self.name, self.model, settings, metrics
         )

@@ -98,6 +98,21 @@ async def test_no_repeat_ngram_size_holds(served) -> None:
     assert len(bigrams) == len(set(bigrams))
 
 
+async def test_beam_candidates_are_enough_under_a_heavy_ban(served) -> None:
+    """Beam search ranks each row's 2 * num_beams + (its banned tokens) best tokens: with every earlier
+    token banned (n = 1) that gives what ranking the whole vocabulary gives."""
+    tr = served.engine.translator
+    params = TranslationParams(num_beams=3, n_best=3, max_new_tokens=16, no_repeat_ngram_size=1)
+    narrow = summary(await translate(tr, TEXTS, params))
+    head = tr.model.top_logprobs
+    tr.model.top_logprobs = lambda logits, k: head(logits, logits.shape[-1])  # type: ignore[method-assign]
+    try:
+        assert summary(await translate(tr, TEXTS, params)) == narrow
+    finally:
+        tr.model.top_logprobs = head  # type: ignore[method-assign]
+    assert all(len(set(h.token_ids)) == len(h.token_ids) for r in await translate(tr, TEXTS, params) for h in r.hypotheses)
+
+
 async def test_io_binding_path_gives_the_same_results(serving) -> None:
     """The CUDA code path (device-resident KV and cross K/V via IOBinding), exercised on CPU."""
     params = TranslationParams(num_beams=3, n_best=2, max_new_tokens=8)
