@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -54,6 +55,12 @@ async def _warm_up(engine: Engine, enabled: bool) -> None:
             log.exception("warm-up failed")
             engine.failure = f"warm-up failed: {exc}"
             return
+    # What start-up built (the app, schemas, sessions, tokenizers: ~80k objects) lives as long as the
+    # process: move it out of the collector's sight (before the first request: the collect takes ~50 ms),
+    # or each full collection scans it while streams wait. Measured at 16 streams: one 65-70 ms pause in
+    # 3 s; frozen, the longest inter-token gap fell from 73-83 ms to 27-29 ms.
+    gc.collect()
+    gc.freeze()
     engine.ready = True
 
 
