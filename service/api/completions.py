@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -141,7 +141,7 @@ class _Chunks:
         echo_logprobs: list[CompletionLogprobs | None],
         generator: GenerationService,
     ) -> None:
-        self.id, self.created, self.model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), model
+        self.id, self.created, self.model = f"cmpl-{secrets.token_hex(16)}", int(time.time()), model
         self.body, self.prompt_ids, self.echoes, self.generator = body, prompt_ids, echoes, generator
         self.echo_logprobs = echo_logprobs
         self.offsets = [len(e) for e in echoes]
@@ -245,7 +245,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
         for i, (r, echo, lp) in enumerate(zip(results, echoes, echo_logprobs, strict=True))
     ]
     return CompletionResponse(
-        id=f"cmpl-{uuid.uuid4().hex}",
+        id=f"cmpl-{secrets.token_hex(16)}",
         created=int(time.time()),
         model=generator.name,
         choices=choices,

@@ -82,6 +82,12 @@ class TranslateRequest(Request):
     top_k: int = Field(0, ge=0, description="with do_sample; 0 = off")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="with do_sample")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="with do_sample")
+    repetition_penalty: float = Field(
+        1.0, gt=0.0, le=10.0, description="1 = off; on the tokens translated so far (num_beams must be 1)"
+    )
+    stop: NonEmptyText | StopStrings | None = Field(
+        None, description="the translation ends before any of these strings (num_beams must be 1)"
+    )
     return_attention: bool = Field(False, description="encoder, decoder and cross attention of the best hypothesis")
     stream: bool = Field(
         False, description="Server-Sent Events: one `token` event per target token, then `done` (one text, num_beams=1)"

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.generate import stop_strings
 from service.api.responses import large_json
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
 from service.api.sse import event_stream, sse, stream_doc
@@ -26,7 +27,12 @@ STREAM_DOC = stream_doc(
 def translation_params(body: TranslateRequest) -> TranslationParams:
     sampling = None
     if body.do_sample:
-        sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed)
+        sampling = SamplingParams(
+            temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed,
+            repetition_penalty=body.repetition_penalty,
+        )
+    elif body.repetition_penalty != 1.0:
+        sampling = SamplingParams(temperature=0.0, repetition_penalty=body.repetition_penalty)
     return TranslationParams(
         num_beams=body.num_beams,
         n_best=body.n_best,
@@ -36,6 +42,7 @@ def translation_params(body: TranslateRequest) -> TranslationParams:
         sampling=sampling,
         return_attention=body.return_attention,
         stream=body.stream,
+        stop=stop_strings(body.stop),
     )
 
 

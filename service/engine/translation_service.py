@@ -67,8 +67,12 @@ class TranslationService:
             raise InvalidInput(f"must be <= {limit} (beams are batch rows; SERVE_MAX_BATCH_SIZE)", "num_beams")
         if params.n_best > params.num_beams:
             raise InvalidInput(f"must be <= num_beams ({params.num_beams})", "n_best")
-        if params.sampling is not None and params.num_beams > 1:
-            raise InvalidInput("sampling works with num_beams=1 only", "do_sample")
+        if params.num_beams > 1 and params.sampling is not None:  # beam search scores the model's own logprobs
+            if not params.sampling.greedy:
+                raise InvalidInput("sampling works with num_beams=1 only", "do_sample")
+            raise InvalidInput("penalties and logit bias work with num_beams=1 only", "repetition_penalty")
+        if params.num_beams > 1 and params.stop:
+            raise InvalidInput("stop strings work with num_beams=1 only", "stop")
         if params.stream and params.num_beams > 1:
             raise InvalidInput("streaming works with num_beams=1 only (beam search revises earlier tokens)", "stream")
         if params.stream and items > 1:

@@ -24,6 +24,17 @@ async def test_greedy_sampling_is_seeded(served) -> None:
     assert a.json() == b.json()
 
 
+async def test_greedy_takes_stop_strings_and_a_repetition_penalty(served) -> None:
+    plain = {"text": "A dull story about the roads.", "num_beams": 1, "max_new_tokens": 16, "do_sample": True, "seed": 1}
+    text = (await served.client.post("/v1/translate", json=plain)).json()["translations"][0]["text"]
+    stop = text.strip()[len(text.strip()) // 2 :][:2]  # two characters from the middle of the output
+    assert stop.strip(), text
+    cut = (await served.client.post("/v1/translate", json={**plain, "stop": [stop]})).json()["translations"][0]
+    assert cut["text"] == text[: text.index(stop)]
+    greedy = {**plain, "do_sample": False, "repetition_penalty": 10.0}
+    assert (await served.client.post("/v1/translate", json=greedy)).status_code == 200
+
+
 async def test_attention_maps(served) -> None:
     r = await served.client.post(
         "/v1/translate", json={"text": "Hello world", "max_new_tokens": 4, "num_beams": 2, "return_attention": True}
@@ -52,6 +63,10 @@ BAD_TRANSLATE = [
     ({"text": "hi", "beams": 2}, 422, "beams"),
     ({"text": "hi", "stream": True, "num_beams": 2}, 422, "stream"),
     ({"text": ["hi", "ho"], "stream": True, "num_beams": 1}, 422, "text"),
+    ({"text": "hi", "repetition_penalty": 1.3}, 422, "repetition_penalty"),  # the default: 4 beams
+    ({"text": "hi", "stop": ["."]}, 422, "stop"),
+    ({"text": "hi", "num_beams": 1, "stop": ""}, 422, "stop"),
+    ({"text": "hi", "num_beams": 1, "repetition_penalty": 0}, 422, "repetition_penalty"),
 ]
 
 
