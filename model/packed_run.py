@@ -1,9 +1,12 @@
 """A stable (wsd) run as one portable file: fp16 weights with the training state in the metadata.
 
-It carries a run across machines: to and from a lent GPU (scripts/gpu_train.py), and across sessions
-for a model whose served graph does not hold the weights that keep training (the classifier's MLM + NSP
-encoder: its artifact holds the fine-tuned weights), committed as artifacts/classifier/pretrained.safetensors.
+It carries a run across machines: to and from a lent GPU (scripts/gpu_train.py), and across sessions,
+committed beside the artifact (``committed_run``): the served graph holds the cooled-down weights (or, for
+the classifier, the fine-tuned ones), and resuming the stable phase from those costs a re-warm-up (the
+translator's validation loss went 2.63 -> 3.02 and took most of a 35-minute segment to come back).
 Unpacked, it is a run folder that ``train`` resumes with a fresh optimizer.
+
+    python -m model.packed_run runs/translator artifacts/translator/stable.safetensors
 """
 
 from __future__ import annotations
@@ -14,6 +17,15 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+
+# The stable run of each model kind, in runs/ and (packed) in its artifact folder.
+STABLE_RUNS = {"translator": "translator", "generator": "generator", "classifier": "classifier/pretrain"}
+COMMITTED_RUNS = {"translator": "stable.safetensors", "generator": "stable.safetensors",
+                  "classifier": "pretrained.safetensors"}  # the classifier's is its MLM + NSP pretraining
+
+
+def committed_run(artifact_dir: Path, kind: str) -> Path:
+    return artifact_dir / COMMITTED_RUNS[kind]
 
 
 def pack_run(run_dir: Path, out: Path) -> None:
@@ -39,3 +51,18 @@ def unpack_run(packed: Path, run_dir: Path) -> dict:
     state = json.loads(metadata["state"])
     torch.save({"optimizer": None, "state": state}, run_dir / "resume.pt")
     return dict(state)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="pack a stable run folder into one fp16 safetensors file")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args()
+    pack_run(args.run_dir, args.out)
+    print(f"{args.run_dir} -> {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -76,11 +76,19 @@ def carried_state(card: dict[str, Any]) -> TrainState:
 
 
 def starting_point(args: RecipeArgs, kind: str) -> StartingPoint:
-    """Resume runs/<kind>/ when it is there; else recover the committed weights; else start from scratch."""
+    """Resume runs/<kind>/ when it is there; else the stable run committed beside the artifact; else the
+    weights of its graphs (cooled down: the stable phase warms up again); else start from scratch."""
     from model.checkpoint import weights_from_artifact
+
+    from model.packed_run import committed_run, unpack_run
 
     artifact = args.artifacts_dir / kind
     fresh_run = not (args.run_dir / "resume.pt").exists()
+    packed = committed_run(artifact, kind)
+    if args.resume and fresh_run and not args.tiny and packed.exists():
+        shutil.rmtree(args.run_dir, ignore_errors=True)
+        unpack_run(packed, args.run_dir)
+        return StartingPoint(prepare_run(args, kind), None, None, f"{packed} (the stable run, fp16; fresh optimizer)")
     if args.resume and fresh_run and not args.tiny and (artifact / "card.json").exists():
         shutil.rmtree(args.run_dir, ignore_errors=True)  # a stale tokenizer must not survive
         tokenizer = prepare_run(args, kind, source=artifact / "tokenizer.json")
@@ -294,9 +302,9 @@ def resume_committed_pretraining(args: RecipeArgs) -> str | None:
     the served graph holds fine-tuned weights, not these) into runs/classifier/pretrain/, so the stable
     segment resumes it with a fresh optimizer. Returns the origin to record, or None (runs/ has one, or
     nothing is committed: scratch)."""
-    from model.packed_run import unpack_run
+    from model.packed_run import committed_run, unpack_run
 
-    committed = args.artifacts_dir / "classifier" / "pretrained.safetensors"
+    committed = committed_run(args.artifacts_dir / "classifier", "classifier")
     pretrain_dir = args.run_dir / "pretrain"
     if not args.resume or args.tiny or (pretrain_dir / "resume.pt").exists() or not committed.exists():
         return None

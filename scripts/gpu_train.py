@@ -24,11 +24,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-from model.packed_run import pack_run, unpack_run
+from model.packed_run import STABLE_RUNS, pack_run, unpack_run
 
 PACK = Path(".gpu")
 # The stable run of each model, under runs/: the classifier's is its MLM + NSP pretraining.
-STABLE_RUNS = {"translator": "translator", "generator": "generator", "classifier": "classifier/pretrain"}
 MODELS = tuple(STABLE_RUNS)
 DATA_FILES = ("translation/train.jsonl", "translation/valid.jsonl", "generation/train.txt", "generation/valid.txt",
               "classification/pretrain.txt")

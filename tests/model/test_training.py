@@ -158,3 +158,29 @@ def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: 
     assert resumed.step == 7 and resumed.items_seen == state.items_seen + 2 * 64
     assert resumed.segments[-1]["origin"] == origin
     assert resume_committed_pretraining(args) is None  # runs/ has the run now: it is resumed as it is
+
+
+def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) -> None:
+    """On a fresh machine the translator resumes its stable run (artifacts/translator/stable.safetensors),
+    not the cooled-down weights of its graphs; an existing runs/ folder comes before both."""
+    from model.packed_run import pack_run
+    from model.recipes import RecipeArgs, starting_point
+
+    settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
+    from tokenizers import Tokenizer, models
+
+    train(Linear(), CountingTask(), tmp_path / "earlier", settings)
+    Tokenizer(models.WordLevel({"stable": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tmp_path / "earlier" / "tokenizer.json"))
+    artifact = tmp_path / "artifacts" / "translator"
+    pack_run(tmp_path / "earlier", artifact / "stable.safetensors")
+    (artifact / "card.json").write_text("{}")  # a card whose graphs would be recovered: not reached
+    args = RecipeArgs(tmp_path / "data", tmp_path / "runs" / "translator", 1.0, artifacts_dir=tmp_path / "artifacts")
+
+    start = starting_point(args, "translator")
+
+    assert start.weights is None and start.origin is not None and "stable.safetensors" in start.origin
+    assert start.tokenizer.get_vocab() == {"stable": 0, "[UNK]": 1}  # the run's own tokenizer
+    settings.max_steps = 7
+    resumed = train(Linear(), CountingTask(), args.run_dir, settings, origin=start.origin)
+    assert resumed.step == 7 and resumed.segments[-1]["origin"] == start.origin
+    assert starting_point(args, "translator").origin is None  # runs/ has the run now: resumed as it is
