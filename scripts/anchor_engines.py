@@ -1,9 +1,10 @@
 """The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
 
-    python -m scripts.anchor_engines ct2|hf generator|generator-int8|translator|classifier \
+    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier \
         --artifacts DIR --work DIR [--threads 2] [shape options]
 
-builds nothing: it loads the models that `build_hf_and_ct2` saved in --work and answers one JSON line
+builds nothing: it loads the models that `build_hf_and_ct2` saved in --work (or, for `engine`, our
+served artifacts in --artifacts) and answers one JSON line
 per JSON request line on stdin ({"row", "concurrency", "requests"} -> {"value", "lengths"}). Each engine
 and model has a process of its own (see PARTS): CTranslate2 and torch each bring a libgomp, and two
 OpenMP runtimes in one process slowed HF's decoding 4x here; bench_anchor's HTTP client uses neither.
@@ -252,6 +253,68 @@ class HF:
         return n, [0] * n
 
 
+class Engine:
+    """Our engine in process, without HTTP or the scheduler's thread: the model classes the server's worker
+    drives (prefill, then steps until every sequence is done), on the served graphs, a batch per call as the
+    others get. Beside the HTTP row it shows what is engine and what is the server around it."""
+
+    def __init__(self, served: Path, shapes: Shapes, threads: int, part: str) -> None:
+        from service.engine.classification import ClassificationModel
+        from service.engine.generation import GenerationModel
+        from service.engine.metrics import Metrics
+        from service.engine.translation import TranslationModel
+        from service.runtime.artifact import load_artifact
+        from service.runtime.sessions import GraphSession, RuntimeOptions
+
+        kind = part.removesuffix("-int8")
+        artifact = load_artifact(served / kind)
+        options = RuntimeOptions(device="cpu", intra_op_threads=threads,
+                                 quantization="int8" if part.endswith("-int8") else "none")
+        sessions = {role: GraphSession(kind, spec, options) for role, spec in artifact.graphs.items()}
+        tokenizer, metrics = artifact.load_tokenizer(), Metrics()
+        self.s = shapes
+        if kind == "generator":
+            self.model: Any = GenerationModel(kind, artifact, sessions["decoder"], tokenizer, metrics)
+        elif kind == "translator":
+            self.model = TranslationModel(kind, artifact, sessions["encoder"], sessions["decoder"], tokenizer, metrics)
+        else:
+            self.model = ClassificationModel(artifact, sessions["encoder"], tokenizer)
+
+    def _run(self, sequences: list[Any]) -> list[Any]:
+        """Every sequence's final event, in order."""
+        emits, batch = self.model.prefill(sequences)
+        while batch is not None and batch.rows:
+            emits += batch.step()
+        final = {id(e.sequence): e.event for e in emits if e.final}
+        return [final[id(seq)] for seq in sequences]
+
+    def generate(self, n: int) -> tuple[int, list[int]]:
+        from service.engine.generation import GenerationParams, GenerationSequence
+        from service.engine.sampling import SamplingParams
+
+        params = GenerationParams(self.s.new_tokens, SamplingParams(temperature=0.0), ignore_eos=True)
+        lengths = [r.completion_tokens for r in self._run([GenerationSequence(self.s.prompt, params) for _ in range(n)])]
+        return sum(lengths), lengths
+
+    def translate(self, beams: int) -> Run:
+        from service.engine.translation import TranslationParams, TranslationSequence
+
+        params = TranslationParams(num_beams=beams, max_new_tokens=self.s.target_tokens, no_repeat_ngram_size=0)
+
+        def run(n: int) -> tuple[int, list[int]]:
+            sequences = [TranslationSequence(self.s.source, params, self.s.target_tokens) for _ in range(n)]
+            lengths = [len(r.hypotheses[0].token_ids) for r in self._run(sequences)]
+            return sum(lengths), lengths
+        return run
+
+    def classify(self, n: int) -> tuple[int, list[int]]:
+        from service.engine.classification import ClassificationSequence, ClassifyItem
+
+        item = ClassifyItem(self.s.text, [0] * len(self.s.text), False)
+        self._run([ClassificationSequence(item, None) for _ in range(n)])
+        return n, [0] * n
+
+
 def batched(run: Run, concurrency: int, requests: int) -> tuple[float, list[int]]:
     """Units per second over ceil(requests / concurrency) batches, after one untimed batch."""
     run(concurrency)
@@ -262,7 +325,7 @@ def batched(run: Run, concurrency: int, requests: int) -> tuple[float, list[int]
     return units / (time.perf_counter() - started), lengths
 
 
-def runs(engine: CT2 | HF, part: str) -> dict[str, Run]:
+def runs(engine: CT2 | HF | Engine, part: str) -> dict[str, Run]:
     """The batch function of each row of `part`."""
     table: dict[str, Callable[[], Run]] = {
         "generator_c16": lambda: engine.generate, "generator_c1": lambda: engine.generate,
@@ -282,7 +345,7 @@ def shape_options(parser: argparse.ArgumentParser) -> None:
 def main() -> None:
     """Load one engine, then answer requests (the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("engine", choices=("ct2", "hf"))
+    parser.add_argument("engine", choices=("ct2", "hf", "engine"))
     parser.add_argument("part", choices=sorted(set(PARTS.values())))
     parser.add_argument("--artifacts", type=Path, required=True, help="our artifacts (tokenizers, dims)")
     parser.add_argument("--work", type=Path, required=True, help="where build_hf_and_ct2 saved the models")
@@ -294,7 +357,10 @@ def main() -> None:
     shapes = Shapes(args, args.artifacts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        engine = (HF if args.engine == "hf" else CT2)(work, shapes, args.threads, args.part)
+        if args.engine == "engine":
+            engine: CT2 | HF | Engine = Engine(args.artifacts, shapes, args.threads, args.part)
+        else:
+            engine = (HF if args.engine == "hf" else CT2)(work, shapes, args.threads, args.part)
         table_ = runs(engine, args.part)
     try:
         protocol.write(json.dumps({"ready": True}) + "\n")

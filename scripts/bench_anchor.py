@@ -162,7 +162,7 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[st
         if key == "generator_c16_stream":  # the other engines' numbers are those of generator_c16
             gaps = np.concatenate([np.zeros(0), *map(np.asarray, ours.gaps)]) * 1000
             out["inter_token_ms"] = {"p50": float(np.percentile(gaps, 50)), "p99": float(np.percentile(gaps, 99))}
-        for name in ("ct2", "hf"):
+        for name in ("engine", "ct2", "hf"):
             if key == "generator_c16_stream":
                 row[name], row["lengths"][name] = out["generator_c16"][name], out["generator_c16"]["lengths"][name]
             elif (name, PARTS[key]) in workers:
@@ -172,10 +172,12 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[st
             else:
                 row[name] = row["lengths"][name] = None
         row["ours_per_ct2"] = row["ours"] / row["ct2"]
+        row["engine_per_ct2"] = row["engine"] / row["ct2"] if row["engine"] else None
         row["ours_per_hf"] = row["ours"] / row["hf"] if row["hf"] else None
         wall, machine, mine = (a - b for a, b in zip((time.perf_counter(), machine_cpu_seconds(), ours_cpu()), before))
         row["other_cores"] = round(max(0.0, machine - mine) / wall, 2)  # CPU that other processes took: noise
-        print(f"  {key:<24} ours {row['ours']:>9.1f}  ct2 {row['ct2'] or float('nan'):>9.1f}  "
+        print(f"  {key:<24} ours {row['ours']:>9.1f}  engine {row['engine'] or float('nan'):>9.1f}  "
+              f"ct2 {row['ct2'] or float('nan'):>9.1f}  "
               f"hf {row['hf'] or float('nan'):>9.1f}  ours/ct2 {row['ours_per_ct2']:.2f}  "
               f"other cores {row['other_cores']}", flush=True)
         out[key] = row
@@ -194,8 +196,8 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
         lengths = per[-1]["lengths"]
         out[key] = {
             "workload": workload, "unit": unit, "concurrency": concurrency,
-            **{e: med([p[e] for p in per], 1) for e in ("ours", "ct2", "hf")},
-            **{k: med([p[k] for p in per], 3) for k in ("ours_per_ct2", "ours_per_hf")},
+            **{e: med([p[e] for p in per], 1) for e in ("ours", "engine", "ct2", "hf")},
+            **{k: med([p[k] for p in per], 3) for k in ("ours_per_ct2", "ours_per_hf", "engine_per_ct2")},
             "output_tokens": lengths,
             "other_cores_max": max(p["other_cores"] for p in per),
             "equal_lengths": len({json.dumps(v) for v in lengths.values() if v is not None}) == 1,
@@ -210,16 +212,17 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | ours / HF | lengths equal "
-             "| other cores |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | ours / HF | our engine in process "
+             "/ CT2 | lengths equal | other cores |", "|---|---|---|---|---|---|---|---|---|"]
     for key, r in summary.items():
         if key.startswith("inter_token"):
-            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | p99/p50 {r['p99_per_p50']} | |")
+            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | p99/p50 {r['p99_per_p50']} | |")
             continue
         fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
         ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         lines.append(f"| {r['workload']} | {fmt(r['ours'])} {r['unit']} | {fmt(r['ct2'])} | {fmt(r['hf'])} | "
-                     f"{ratio(r['ours_per_ct2'])} | {ratio(r['ours_per_hf'])} | {'yes' if r['equal_lengths'] else 'NO'} | "
+                     f"{ratio(r['ours_per_ct2'])} | {ratio(r['ours_per_hf'])} | {ratio(r['engine_per_ct2'])} | "
+                     f"{'yes' if r['equal_lengths'] else 'NO'} | "
                      f"{r['other_cores_max']} |")
     return "\n".join(lines)
 
@@ -261,7 +264,7 @@ def main() -> None:
             "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
             "--target-tokens", str(args.target_tokens)]
     parts = {PARTS[row] for row in rows if row in PARTS}
-    engines = ("ct2",) if args.no_hf else ("ct2", "hf")
+    engines = ("engine", "ct2") if args.no_hf else ("engine", "ct2", "hf")
     workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
                if (e, p) != ("hf", "generator-int8")}  # no int8 HF row
     settings = {"models": ",".join(KINDS), "max_new_tokens": max(args.new_tokens, args.target_tokens, 256)}

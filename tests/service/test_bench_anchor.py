@@ -41,12 +41,13 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     for key in ROWS:
         row = rows[key]
         assert row["ours"] > 0 and row["ct2"] > 0 and row["ours_per_ct2"] > 0, (key, row)
+        assert row["engine"] > 0 and row["engine_per_ct2"] > 0, (key, row)  # our engine in process, no HTTP
         if key == "generator_int8_c16":  # no int8 HF eager row, as in the table
             assert row["hf"] is None and row["ours_per_hf"] is None
         else:
             assert row["hf"] > 0 and row["ours_per_hf"] > 0, (key, row)
         assert row["equal_lengths"], (key, row["output_tokens"])  # every engine decoded the same lengths
-    assert rows["generator_c16"]["output_tokens"]["ours"] == [5]
+    assert rows["generator_c16"]["output_tokens"]["ours"] == rows["generator_c16"]["output_tokens"]["engine"] == [5]
     assert rows["translator_beam4_c16"]["output_tokens"]["ct2"] == [4]
     itl = rows["inter_token_latency_c16"]
     assert 0 <= itl["p50"] <= itl["p99"]
@@ -54,7 +55,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     # Ratios are taken within each round, then the median: two rounds -> the mean of the two.
     per_round = [r["classifier_c32"]["ours_per_ct2"] for r in result["rounds"]]
     assert abs(rows["classifier_c32"]["ours_per_ct2"] - round(sum(per_round) / 2, 3)) < 1e-3
-    assert "| ours / CT2 |" in stdout
+    assert "| ours / CT2 |" in stdout and "| our engine in process / CT2 |" in stdout
 
 
 def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any], str, Path]) -> None:
