@@ -247,7 +247,8 @@ class GenerationBatch:
                 event = m.event(row, b, token, piece, choice)
                 row.tokens.append(event)
                 self._observe(row, now)
-                emits.append(Emit(row.seq, event))
+                if row.seq.wants_events:
+                    emits.append(Emit(row.seq, event))
             if reason is not None:
                 row.finished = True
                 emits.append(Emit(row.seq, m.result(row, reason), final=True))

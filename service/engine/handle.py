@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from service.engine.errors import EngineError, RequestTimeout
@@ -91,8 +91,15 @@ class Handle(Generic[E, R]):
         finally:  # a reader that leaves early (aclose) closes the inner generator now, not at collection
             await items.aclose()
 
-    async def results(self) -> list[R]:
-        """Every sequence's result, in submission order (an error of any of them is raised)."""
+    def results(self) -> Coroutine[Any, Any, list[R]]:
+        """Every sequence's result, in submission order (an error of any of them is raised). Called, it
+        tells the worker that nobody reads this request's token events: one hand-off to the event loop
+        per request instead of one per token (a lone non-streamed generation paid one per step)."""
+        for seq in self.sequences:
+            seq.wants_events = False
+        return self._results()
+
+    async def _results(self) -> list[R]:
         results: list[Any] = [None] * len(self.sequences)
         async for index, event, final in self._items():  # errors arise inside, which closes it
             if final:

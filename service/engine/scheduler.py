@@ -50,6 +50,7 @@ class Sequence:
         self.enqueued = time.perf_counter()
         self.admitted: float | None = None  # when it left the queue for its prefill
         self.cancelled = False  # set on the loop, read by the worker between steps
+        self.wants_events = True  # False once its handle is read for results only: no token events to hand over
         self.done = False  # its final event (or an error) was delivered; loop side
         self.timing = current_timing()  # the HTTP request's timing record, if any
         self.handle: Handle[Any, Any] | None = None

@@ -110,3 +110,28 @@ async def test_finish_reasons(served) -> None:
         gen, "Hello", GenerationParams(max_new_tokens=12, sampling=greedy, stop=(stop,), ignore_eos=True)
     )
     assert result.finish_reason == "stop" and stop not in result.text and text.startswith(result.text)
+
+
+async def test_a_request_read_for_results_hands_over_only_its_result(served) -> None:
+    """Token events go to the event loop only for a handle that reads them: a non-streamed request is one
+    hand-off (its result), a streamed one gets every token, and both get the same tokens."""
+    gen = served.engine.generator
+    params = GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+    delivered: list[int] = []
+    deliver = gen.scheduler._deliver
+
+    def counting(emits, failures):  # type: ignore[no-untyped-def]
+        delivered.append(len(emits))
+        deliver(emits, failures)
+
+    gen.scheduler._deliver = counting  # type: ignore[method-assign]
+    try:
+        whole = await gen.scheduler.submit([gen.sequence(gen.tokenize("Hello", "prompt"), params)], None, "prompt").result()
+        assert delivered == [1]
+        delivered.clear()
+        handle = gen.scheduler.submit([gen.sequence(gen.tokenize("Hello", "prompt"), params)], None, "prompt")
+        events = [e async for e in handle.events()]
+    finally:
+        gen.scheduler._deliver = deliver  # type: ignore[method-assign]
+    assert sum(delivered) == 11 and events[-1].tokens == whole.tokens  # 10 tokens, then the result
+    assert [e.id for e in events[:-1]] == ids(whole)
