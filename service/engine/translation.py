@@ -296,15 +296,12 @@ class TranslationBatch:
         most_banned = int(np.bincount(ban_rows).max()) if len(ban_rows) else 0
         widest = 2 * max(self.requests[i].seq.params.num_beams for i in requests.tolist())
         logprob, token = self.model.top_logprobs(logits if every else logits[rows], widest + most_banned)
-        if len(ban_rows):
-            row, rank = np.nonzero(token[ban_rows] == ban_tokens[:, None])
-            logprob[ban_rows[row], rank] = -np.inf
+        row, rank = np.nonzero(token[ban_rows] == ban_tokens[:, None])  # the banned among them
+        logprob[ban_rows[row], rank] = -np.inf
         targets = self.targets if every else self.targets.take(rows)
         pools = [self.requests[i].pool for i in requests.tolist()]
-        step = beam_step(
-            Candidates(logprob, token), targets, counts, pools, self.model.eos,
-            lambda r: self._attention_of(int(rows[r])),
-        )
+        candidates = Candidates(logprob, token)
+        step = beam_step(candidates, targets, counts, pools, self.model.eos, lambda r: self._attention_of(int(rows[r])))
         for i in requests[step.counts == 0].tolist():
             emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
         return np.repeat(requests, step.counts), rows[step.parents], step.tokens, step.logprob
