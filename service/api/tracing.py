@@ -8,8 +8,8 @@ of a stream) and `x-total-time`, in milliseconds."""
 from __future__ import annotations
 
 import re
-import time
 import secrets
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
