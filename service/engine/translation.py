@@ -106,10 +106,9 @@ class TranslationModel:
         decoder: GraphSession,
         tokenizer: Tokenizer,
         metrics: Metrics,
-        top_logprobs: TopLogprobs | None = None,
     ) -> None:
         self.name = name
-        self.top_logprobs = top_logprobs or TopLogprobs()
+        self.top_logprobs = TopLogprobs()  # beam search's scoring head
         self.artifact = artifact
         self.encoder = encoder
         self.decoder = decoder

@@ -18,7 +18,6 @@ from service.engine.translation import (
     TranslationResult,
     TranslationSequence,
 )
-from service.engine.top_logprobs import TopLogprobs
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -46,9 +45,7 @@ class TranslationService:
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
-        self.model = TranslationModel(
-            self.name, artifact, encoder, decoder, self.tokenizer, metrics, TopLogprobs()
-        )
+        self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
         self.scheduler: Scheduler[TranslationSequence] = Scheduler.from_settings(
             self.name, self.model, settings, metrics
         )

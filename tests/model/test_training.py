@@ -163,12 +163,12 @@ def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: 
 def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) -> None:
     """On a fresh machine the translator resumes its stable run (artifacts/translator/stable.safetensors),
     not the cooled-down weights of its graphs; an existing runs/ folder comes before both."""
+    from tokenizers import Tokenizer, models
+
     from model.packed_run import pack_run
     from model.recipes import RecipeArgs, starting_point
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
-    from tokenizers import Tokenizer, models
-
     train(Linear(), CountingTask(), tmp_path / "earlier", settings)
     Tokenizer(models.WordLevel({"stable": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tmp_path / "earlier" / "tokenizer.json"))
     artifact = tmp_path / "artifacts" / "translator"
