@@ -55,6 +55,13 @@ class Classifier(nn.Module):
     def pooled(self, hidden: Tensor) -> Tensor:
         return self.dropout(self.pooler(hidden[:, 0]))  # the [CLS] position
 
+    def sentence_vector(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
+        """What the classification head reads (config.pooling)."""
+        if self.config.pooling == "cls":
+            return self.pooled(hidden)
+        real = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return self.dropout((hidden * real).sum(1) / real.sum(1).clamp(min=1.0))
+
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Masked-token logits, decoder tied to the token embeddings. [..., D] -> [..., V]"""
         return self.mlm_transform(hidden) @ self.tok_emb.weight.T + self.mlm_bias
@@ -62,4 +69,4 @@ class Classifier(nn.Module):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Fine-tuned classification: (label logits [B, num_labels], attention weights)."""
         hidden, weights = self.encode(input_ids, token_type_ids, attention_mask)
-        return self.cls_head(self.pooled(hidden)), weights
+        return self.cls_head(self.sentence_vector(hidden, attention_mask)), weights

@@ -79,7 +79,15 @@ class ClassifierConfig(TransformerConfig):
     scale_embeddings: bool = False
     embedding_layer_norm: bool = True
     pooler: bool = True  # BERT's pooler (dense + tanh on [CLS]) before the head; off: the head reads [CLS] itself
+    # What the classification head reads: "cls" (the pooler on [CLS], as in BERT; NSP always reads it) or
+    # "mean" (the mean of the final states over the real tokens, the pooler unused).
+    pooling: str = "cls"
     kind = "classifier"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"ClassifierConfig.pooling must be 'cls' or 'mean', got {self.pooling!r}")
 
 
 CONFIG_CLASSES: dict[str, type[TransformerConfig]] = {

@@ -342,8 +342,9 @@ def train_classifier(args: RecipeArgs) -> None:
     if finished is None:
         return
     pre_state, branch, pre_settings = finished
-    from model.tasks.finetune_ablation import FinetuneJob, run_jobs
+    from model.tasks.finetune_ablation import EPOCHS, PEAK_LR, POOLING, FinetuneJob, run_jobs
 
+    config = replace(config, pooling=POOLING)  # fine-tuning's head reads this; NSP read the [CLS] pooler
     jobs = [FinetuneJob(variant, seed, config.to_dict(), args.data_dir / "classification", args.run_dir,
                         branch / "last.safetensors" if variant == "pretrained" else None, args.tiny)
             for variant in ("pretrained", "scratch") for seed in FINETUNE_SEEDS]
@@ -358,8 +359,8 @@ def train_classifier(args: RecipeArgs) -> None:
     finish_card(args.run_dir, {
         "model": "classifier",
         "summary": "BERT-style encoder ([CLS]/[SEP], token + segment + learned position embeddings, pre-LN, GELU) "
-                   "pretrained from scratch with MLM (whole-word masking, 15%: 80/10/10) + NSP, fine-tuned on [CLS] "
-                   "for sentiment.",
+                   "pretrained from scratch with MLM (whole-word masking, 15%: 80/10/10) + NSP, fine-tuned for "
+                   "sentiment with a head on the mean of its final states.",
         "parameters": count_parameters(model),
         "config": config.to_dict(),
         "data": {
@@ -387,8 +388,8 @@ def train_classifier(args: RecipeArgs) -> None:
             "tfidf_logreg_baseline": {k: round(float(v), 4) for k, v in tfidf.items()},
             "pretraining_final": {k: round(v, 4) for k, v in pre_state.history[-1].items()} if pre_state.history else {},
         },
-        "metric_notes": f"ablation: both variants fine-tuned with the same recipe and seeds {list(FINETUNE_SEEDS)}, "
-                        "best checkpoint by validation loss; test accuracy averaged over seeds; the served "
+        "metric_notes": f"ablation: both variants fine-tuned with the same recipe and seeds {list(FINETUNE_SEEDS)} "
+                        f"({EPOCHS} epochs, peak rate {PEAK_LR}, {POOLING} pooling), best checkpoint by validation loss; test accuracy averaged over seeds; the served "
                         "variant is the one with the higher mean validation accuracy, its best seed on validation.",
     })
 

@@ -264,13 +264,13 @@ class Engine:
         from service.engine.metrics import Metrics
         from service.engine.translation import TranslationModel
         from service.runtime.artifact import load_artifact
-        from service.runtime.sessions import GraphSession, RuntimeOptions
+        from service.runtime.sessions import RuntimeOptions, artifact_sessions
 
         kind = part.removesuffix("-int8")
         artifact = load_artifact(served / kind)
         options = RuntimeOptions(device="cpu", intra_op_threads=threads,
                                  quantization="int8" if part.endswith("-int8") else "none")
-        sessions = {role: GraphSession(kind, spec, options) for role, spec in artifact.graphs.items()}
+        sessions = artifact_sessions(kind, artifact.graphs, options)
         tokenizer, metrics = artifact.load_tokenizer(), Metrics()
         self.s = shapes
         if kind == "generator":

@@ -21,7 +21,7 @@ from service.engine.metrics import Metrics
 from service.engine.translation_service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
-from service.runtime.sessions import GraphSession, RuntimeOptions
+from service.runtime.sessions import GraphSession, RuntimeOptions, artifact_sessions
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Engine:
                 raise ArtifactError(
                     f"{artifact.folder}: a {name} must have task {kind.task.name!r}, not {artifact.task!r}"
                 )
-            sessions = {role: GraphSession(name, spec, options) for role, spec in artifact.graphs.items()}
+            sessions = artifact_sessions(name, artifact.graphs, options)
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
             args = (self.settings, self.metrics)
             service: Service

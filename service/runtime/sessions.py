@@ -48,10 +48,20 @@ def requested_providers(device: str) -> list[str]:
     return [CPU]
 
 
+def artifact_sessions(model: str, graphs: Mapping[str, GraphSpec], options: RuntimeOptions) -> dict[str, GraphSession]:
+    """One session per graph of an artifact. Only the graph the worker runs most keeps its intra-op threads
+    spin-waiting between runs: the decoder where there is one (it runs step after step), else the only
+    graph. Measured over HTTP, 16 concurrent greedy translations: the encoder's threads spinning between
+    arrivals took CPU from the decoder's (2,907 -> 3,727 tok/s without); a lone classifier encoder
+    answers one text at a time 2x faster with them spinning."""
+    spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
+    return {role: GraphSession(model, spec, options, spin=role == spinning) for role, spec in graphs.items()}
+
+
 class GraphSession:
     """One ORT session for one graph of an artifact, with `run()` that hides plain-run vs IOBinding."""
 
-    def __init__(self, model: str, spec: GraphSpec, options: RuntimeOptions) -> None:
+    def __init__(self, model: str, spec: GraphSpec, options: RuntimeOptions, spin: bool = True) -> None:
         self.name = f"{model}/{spec.role}"
         self.spec = spec
         path, self.quantization = self._pick_file(spec, options.quantization)
@@ -59,7 +69,7 @@ class GraphSession:
         requested = requested_providers(options.device)
         try:
             self.session = ort.InferenceSession(
-                str(path), sess_options=self._session_options(options), providers=requested
+                str(path), sess_options=self._session_options(options, spin), providers=requested
             )
         except Exception as exc:  # a corrupt or truncated file: one line that names it
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -102,8 +112,10 @@ class GraphSession:
         return spec.file, "none"
 
     @staticmethod
-    def _session_options(options: RuntimeOptions) -> ort.SessionOptions:
+    def _session_options(options: RuntimeOptions, spin: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
+        if not spin:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = options.intra_op_threads
         so.inter_op_num_threads = options.inter_op_threads

@@ -39,10 +39,10 @@ def tiny_generator() -> Generator:
                                      max_positions=64)).eval()
 
 
-def tiny_classifier() -> Classifier:
+def tiny_classifier(pooling: str = "cls") -> Classifier:
     torch.manual_seed(0)
     return Classifier(ClassifierConfig(vocab_size=V, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0,
-                                       max_positions=64)).eval()
+                                       max_positions=64, pooling=pooling)).eval()
 
 
 def ids(B: int, S: int, seed: int = 0) -> torch.Tensor:
@@ -116,8 +116,9 @@ def test_left_padding_does_not_change_real_tokens() -> None:
     assert not torch.isnan(batched).any()  # fully masked pad rows stay finite (finfo.min, not -inf)
 
 
-def test_right_padding_does_not_change_encoder_or_classifier() -> None:
-    translator, classifier = tiny_translator(), tiny_classifier()
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_right_padding_does_not_change_encoder_or_classifier(pooling: str) -> None:
+    translator, classifier = tiny_translator(), tiny_classifier(pooling)
     src = ids(1, 5)
     padded = torch.cat([src, torch.zeros(1, 2, dtype=torch.long)], dim=1)
     mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0]])
@@ -127,6 +128,15 @@ def test_right_padding_does_not_change_encoder_or_classifier() -> None:
     alone, _ = classifier(src, torch.zeros_like(src), torch.ones_like(src))
     with_pad, _ = classifier(padded, torch.zeros_like(padded), mask)
     assert torch.allclose(alone, with_pad, atol=1e-5)
+    if pooling == "mean":  # and it reads every token, not [CLS] alone
+        changed = src.clone()
+        changed[0, -1] = (changed[0, -1] + 1) % V
+        assert not torch.allclose(alone, classifier(changed, torch.zeros_like(src), torch.ones_like(src))[0])
+
+
+def test_an_unknown_pooling_is_refused() -> None:
+    with pytest.raises(ValueError, match="pooling"):
+        ClassifierConfig(vocab_size=V, pooling="max")
 
 
 # --- cached vs recomputed ---------------------------------------------------------------------------
