@@ -389,8 +389,8 @@ def train_classifier(args: RecipeArgs) -> None:
             "pretraining_final": {k: round(v, 4) for k, v in pre_state.history[-1].items()} if pre_state.history else {},
         },
         "metric_notes": f"ablation: both variants fine-tuned with the same recipe and seeds {list(FINETUNE_SEEDS)} "
-                        f"({EPOCHS} epochs, peak rate {PEAK_LR}, {POOLING} pooling), best checkpoint by validation loss; test accuracy averaged over seeds; the served "
-                        "variant is the one with the higher mean validation accuracy, its best seed on validation.",
+                        f"({EPOCHS} epochs, peak rate {PEAK_LR}, {POOLING} pooling), best checkpoint by validation "
+                        "loss; test accuracy averaged over seeds; the served variant is the one with the higher mean validation accuracy, its best seed on validation.",
     })
 
 

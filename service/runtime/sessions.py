@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+ALLOW_SPINNING = "session.intra_op.allow_spinning"  # ORT session config key; unset means spin
 
 # A tensor the engine passes around: numpy on the host, or an OrtValue that stays on the device.
 Tensor: TypeAlias = np.ndarray | ort.OrtValue
@@ -115,7 +116,7 @@ class GraphSession:
     def _session_options(options: RuntimeOptions, spin: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
         if not spin:
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            so.add_session_config_entry(ALLOW_SPINNING, "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = options.intra_op_threads
         so.inter_op_num_threads = options.inter_op_threads

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from service.runtime.artifact import ArtifactError, load_artifact
-from service.runtime.sessions import CPU, GraphSession, RuntimeOptions, artifact_sessions
+from service.runtime.sessions import ALLOW_SPINNING, CPU, GraphSession, RuntimeOptions, artifact_sessions
 
 
 def test_cuda_request_falls_back_to_cpu_and_says_so(tiny_artifacts: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -67,12 +67,10 @@ def test_broken_config_names_the_problem(tiny_artifacts: Path, tmp_path: Path) -
 
 def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> None:
     """The translator's encoder must not spin-wait beside its decoder; a lone graph (the classifier) does."""
-    SPINNING = "session.intra_op.allow_spinning"
-
     def spins(session: GraphSession) -> bool:  # ORT's own options; an unset entry (ORT's default: spin) raises
         try:
-            return session.session.get_session_options().get_session_config_entry(SPINNING) != "0"
-        except Exception:
+            return session.session.get_session_options().get_session_config_entry(ALLOW_SPINNING) != "0"
+        except RuntimeError:
             return True
 
     options = RuntimeOptions(device="cpu", intra_op_threads=2)
