@@ -63,11 +63,12 @@ class Settings(BaseSettings):
     # A comment line on an idle event stream every this many seconds keeps proxies from closing it (0: off).
     sse_keepalive_s: float = Field(default=15.0, ge=0, le=3600)
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "cors_origins", mode="before")
     @classmethod
-    def _split_models(cls, value: object) -> object:
+    def _split_commas(cls, value: object) -> object:
+        """SERVE_MODELS and SERVE_CORS_ORIGINS are comma-separated; blank entries are dropped."""
         if isinstance(value, str):
-            return [name.strip() for name in value.split(",") if name.strip()]
+            return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
     @field_validator("models")
@@ -78,13 +79,6 @@ class Settings(BaseSettings):
             raise ValueError(f"invalid model name(s) {invalid}: folder names in SERVE_ARTIFACTS_DIR "
                              "(letters, digits, '.', '_', '-')")
         return list(dict.fromkeys(value))
-
-    @field_validator("cors_origins", mode="before")
-    @classmethod
-    def _split_origins(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [origin.strip() for origin in value.split(",") if origin.strip()]
-        return value
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ import secrets
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.asgi import HttpMiddleware
 from service.api.errors import error_response
 
 # Open with a key set: probes and scraping. Everything else needs the key, routes added later included.
@@ -25,19 +26,20 @@ def authorized(authorization: str, key: SecretStr) -> bool:
     )
 
 
-class ApiKeyMiddleware:
+class ApiKeyMiddleware(HttpMiddleware):
     def __init__(self, app: ASGIApp, key: SecretStr | None, public_docs: bool) -> None:
-        self.app = app
+        super().__init__(app)
         self.key = key
         self.public_docs = public_docs
 
     def _open(self, path: str) -> bool:
         return path in OPEN_PATHS or (self.public_docs and path.startswith(DOCS_PATHS))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key is None or scope["type"] != "http" or self._open(scope["path"]):
-            await self.app(scope, receive, send)
-            return
+    def applies(self, scope: Scope) -> bool:
+        return self.key is not None and not self._open(scope["path"])
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.key is not None  # applies() checked it
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         if authorized(header.decode("latin-1"), self.key):
             await self.app(scope, receive, send)

@@ -4,6 +4,8 @@ web fonts."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import fastapi_offline
@@ -22,33 +24,37 @@ CSP = (
 )
 
 
-def _offline(page: HTMLResponse) -> HTMLResponse:
-    page.headers["Content-Security-Policy"] = CSP
-    return page
+# Each page: its renderer (ReDoc without its Google Fonts), the title's suffix, and which local asset
+# file each of the renderer's URL arguments names (the defaults point at CDNs).
+PAGES: dict[str, tuple[Callable[..., HTMLResponse], str, dict[str, str]]] = {
+    "/docs": (get_swagger_ui_html, "Swagger UI", {
+        "swagger_js_url": "swagger-ui-bundle.js",
+        "swagger_css_url": "swagger-ui.css",
+        "swagger_favicon_url": "favicon.png",
+    }),
+    "/redoc": (partial(get_redoc_html, with_google_fonts=False), "ReDoc", {
+        "redoc_js_url": "redoc.standalone.js",
+        "redoc_favicon_url": "favicon.png",
+    }),
+}
 
 
 def install_docs(app: FastAPI) -> None:
     """Call on an app created with docs_url=None and redoc_url=None."""
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS), name="docs-assets")
+    for path, (render, title, assets) in PAGES.items():
+        endpoint = _page(app, render, title, assets)
+        app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False, name=path.strip("/"))
 
-    @app.get("/docs", include_in_schema=False)
-    async def swagger(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
-        return _offline(get_swagger_ui_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - Swagger UI",
-            swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-        ))
 
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc(request: Request) -> HTMLResponse:
-        root = request.scope.get("root_path", "")
-        return _offline(get_redoc_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - ReDoc",
-            redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-            with_google_fonts=False,
-        ))
+def _page(
+    app: FastAPI, render: Callable[..., HTMLResponse], title: str, assets: dict[str, str]
+) -> Callable[[Request], Awaitable[HTMLResponse]]:
+    async def page(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")  # behind a proxy's path prefix, every URL carries it
+        urls = {arg: f"{root}{ASSETS_URL}/{file}" for arg, file in assets.items()}
+        html = render(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - {title}", **urls)
+        html.headers["Content-Security-Policy"] = CSP
+        return html
+
+    return page

@@ -8,7 +8,15 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
-from service.api.schemas import CompletionRequest, GeneratedToken, GenerateRequest, GenerateResponse, TopLogprob, Usage
+from service.api.schemas import (
+    CompletionRequest,
+    GeneratedToken,
+    GenerateRequest,
+    GenerateResponse,
+    TopLogprob,
+    TranslateRequest,
+    Usage,
+)
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
@@ -22,8 +30,9 @@ STREAM_DOC = stream_doc(
 )
 
 
-def sampling_params(body: GenerateRequest | CompletionRequest, **more: Any) -> SamplingParams:
-    """The sampling options /v1/generate and /v1/completions share, and `more` of completions' own."""
+def sampling_params(body: GenerateRequest | CompletionRequest | TranslateRequest, **more: Any) -> SamplingParams:
+    """The sampling options /v1/generate, /v1/completions and /v1/translate (with do_sample) share, and
+    `more` of completions' own."""
     return SamplingParams(
         temperature=body.temperature,
         top_k=body.top_k,

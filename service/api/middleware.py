@@ -9,6 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastapi import Request
 
+from service.api.asgi import HttpMiddleware
 from service.api.errors import error_response, internal_error_response, log_internal_error
 from service.engine.metrics import Metrics
 
@@ -46,19 +47,16 @@ class InFlight:
         self.count = 0
 
 
-class RequestMetricsMiddleware:
+class RequestMetricsMiddleware(HttpMiddleware):
     """Counts and times every request; refuses inference requests that arrive while draining (a request
     that arrived before the drain began is in flight and runs to the end)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, inflight: InFlight) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
         self.inflight = inflight
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         endpoint = endpoint_label(path)
         inference = is_inference(scope.get("method", ""), path)
@@ -92,15 +90,12 @@ class RequestMetricsMiddleware:
             self.metrics.request_duration.labels(*labels).observe(time.perf_counter() - started)
 
 
-class BodyLimitMiddleware:
+class BodyLimitMiddleware(HttpMiddleware):
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes (SERVE_MAX_BODY_BYTES)"
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length", b"")
@@ -134,18 +129,12 @@ class _BodyTooLarge(Exception):
     pass
 
 
-class InternalErrorMiddleware:
+class InternalErrorMiddleware(HttpMiddleware):
     """Outermost: turn any exception that escaped the app into our JSON 500. Unlike Starlette's
     ServerErrorMiddleware it does not re-raise, so uvicorn keeps the keep-alive connection usable. If the
     response had started (a stream), it can only be ended: the stream helpers report errors in-band first."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracked(message: Message) -> None:

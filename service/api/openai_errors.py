@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from service.api.asgi import HttpMiddleware
 
 OPENAI_PATHS = ("/v1/completions", "/v1/models")
 CODES = {"unauthorized": "invalid_api_key"}
@@ -31,14 +33,11 @@ def is_openai_path(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in OPENAI_PATHS)
 
 
-class OpenAIErrorMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+class OpenAIErrorMiddleware(HttpMiddleware):
+    def applies(self, scope: Scope) -> bool:
+        return is_openai_path(scope["path"])
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_openai_path(scope["path"]):
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         start: Message | None = None
         body = b""
 

@@ -11,8 +11,9 @@ import re
 import secrets
 import time
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from service.api.asgi import HttpMiddleware
 from service.request_context import REQUEST_ID, TIMING, RequestTiming, new_timing
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
@@ -29,14 +30,8 @@ def timing_headers(timing: RequestTiming, now: float) -> list[tuple[bytes, bytes
     return headers
 
 
-class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class RequestContextMiddleware(HttpMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
         request_id = given if _SANE_ID.fullmatch(given) else secrets.token_hex(16)  # uuid4().hex costs 10x more
         timing = new_timing()

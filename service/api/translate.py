@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.generate import stop_strings
+from service.api.generate import sampling_params, stop_strings
 from service.api.responses import large_json
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
 from service.api.sse import event_stream, sse, stream_doc
@@ -24,26 +24,19 @@ STREAM_DOC = stream_doc(
 )
 
 
+# The TranslationParams fields that the request carries as they are; sampling and stop are built from it.
+AS_GIVEN = frozenset(
+    {"num_beams", "n_best", "length_penalty", "max_new_tokens", "no_repeat_ngram_size", "return_attention", "stream"}
+)
+
+
 def translation_params(body: TranslateRequest) -> TranslationParams:
     sampling = None
     if body.do_sample:
-        sampling = SamplingParams(
-            temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, seed=body.seed,
-            repetition_penalty=body.repetition_penalty,
-        )
+        sampling = sampling_params(body)
     elif body.repetition_penalty != 1.0:
         sampling = SamplingParams(temperature=0.0, repetition_penalty=body.repetition_penalty)
-    return TranslationParams(
-        num_beams=body.num_beams,
-        n_best=body.n_best,
-        length_penalty=body.length_penalty,
-        max_new_tokens=body.max_new_tokens,
-        no_repeat_ngram_size=body.no_repeat_ngram_size,
-        sampling=sampling,
-        return_attention=body.return_attention,
-        stream=body.stream,
-        stop=stop_strings(body.stop),
-    )
+    return TranslationParams(sampling=sampling, stop=stop_strings(body.stop), **body.model_dump(include=AS_GIVEN))
 
 
 def _translation(result: TranslationResult, n_best: int) -> Translation:

@@ -3,7 +3,6 @@ generation and translation (one queue, one timeout and cancellation mechanism, o
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Emit, Scheduler, Sequence
+from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -119,19 +119,14 @@ class ClassificationModel:
         )
 
 
-class ClassificationService:
+class ClassificationService(TaskService[ClassificationSequence]):
     """Validates and tokenizes a classification job; one sequence per text, on the model's scheduler."""
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
-        self.artifact = artifact
-        self.name = artifact.name
-        self.settings = settings
+        super().__init__(artifact, settings)
         self.labels = list(artifact.labels)
-        self.tokenizer = artifact.load_tokenizer()
         self.model = ClassificationModel(artifact, session, self.tokenizer)
-        self.scheduler: Scheduler[ClassificationSequence] = Scheduler.from_settings(
-            self.name, self.model, settings, metrics
-        )
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
 
     @property
     def max_tokens(self) -> int:
@@ -179,5 +174,4 @@ class ClassificationService:
             per_token2 = len(self.model.attention_names) * self.artifact.n_heads
             check_budget(per_token2 * sum(len(item.ids) ** 2 for item in items), self.settings.max_attention_values)
         sequences = [ClassificationSequence(item, job.top_k) for item in items]
-        deadline = time.monotonic() + self.settings.request_timeout_s
-        return self.scheduler.submit(sequences, deadline, job.fields[0].partition("[")[0])
+        return self.scheduler.submit(sequences, self.deadline(), list_field(job.fields))

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 
 from service.contract.names import ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import stack_rows, to_json
+from service.engine.batch import SequenceBatch
 from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
@@ -191,30 +192,18 @@ class GenerationModel:
         return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top)
 
 
-class GenerationBatch:
-    def __init__(
-        self,
-        model: GenerationModel,
-        items: list[_Row],
-        cache: KVCache,
-        next_ids: np.ndarray,
-        chooser: ChooserRows,
-        stops: StopRows,
-    ) -> None:
-        self.model = model
-        self.items = items
-        self.cache = cache
-        self.next_ids = next_ids  # [B, 1]: the token each row feeds next
-        self.chooser = chooser
-        self.stops = stops
+@dataclass(eq=False, repr=False)  # one worker's state: compared by identity, its arrays never printed
+class GenerationBatch(SequenceBatch[_Row]):
+    model: GenerationModel
+    items: list[_Row]  # one per batch row
+    cache: KVCache
+    next_ids: np.ndarray  # [B, 1]: the token each row feeds next
+    chooser: ChooserRows
+    stops: StopRows
 
     @property
-    def sequences(self) -> list[Sequence]:
-        return [r.seq for r in self.items]
-
-    @property
-    def rows(self) -> int:
-        return len(self.items)
+    def entries(self) -> list[_Row]:
+        return self.items
 
     def step(self) -> list[Emit]:
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
@@ -268,14 +257,7 @@ class GenerationBatch:
         if not keep:
             return None
         rows = np.asarray(keep, dtype=np.int64)
-        return GenerationBatch(
-            self.model,
-            [self.items[i] for i in keep],
-            self.cache.take(rows),
-            self.next_ids[rows],
-            self.chooser.take(rows),
-            self.stops.take(rows),
-        )
+        return GenerationBatch(self.model, [self.items[i] for i in keep], **self._state_of(rows, rows))
 
     def drop_finished(self) -> GenerationBatch | None:
         keep = [i for i, r in enumerate(self.items) if not r.finished]
@@ -288,17 +270,6 @@ class GenerationBatch:
             self.chooser, self.stops = taken.chooser, taken.stops
         return self
 
-    def filter(self, keep: list[Sequence]) -> GenerationBatch | None:
-        wanted = {id(s) for s in keep}
-        return self._take([i for i, r in enumerate(self.items) if id(r.seq) in wanted])
-
     def concatenate(self, other: Any) -> GenerationBatch:
         assert isinstance(other, GenerationBatch)
-        return GenerationBatch(
-            self.model,
-            self.items + other.items,
-            KVCache.concat([self.cache, other.cache]),
-            np.concatenate([self.next_ids, other.next_ids]),
-            ChooserRows.concat([self.chooser, other.chooser]),
-            StopRows.concat([self.stops, other.stops]),
-        )
+        return GenerationBatch(self.model, self.items + other.items, **self._state_with(other))

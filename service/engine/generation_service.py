@@ -4,7 +4,6 @@ one sequence per (prompt, choice), and queues them on the model's scheduler."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field, replace
 
 from service.engine.attention import check_budget, check_length
@@ -21,12 +20,12 @@ from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams
 from service.engine.scheduler import Scheduler
 from service.engine.scoring import PromptScorer, TokenScore
+from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
 
 DEFAULT_MAX_NEW_TOKENS = 64
-WARMUP_PROMPTS = ("Warm up", "Warm up the server with a longer prompt, one that needs more tokens.")
 
 
 @dataclass(frozen=True)
@@ -68,20 +67,16 @@ class GenerationHandle(Handle[TokenEvent, GenerationResult]):
             self.scores.cancel()
 
 
-class GenerationService:
+class GenerationService(TaskService[GenerationSequence]):
+    warmup_texts = ("Warm up", "Warm up the server with a longer prompt, one that needs more tokens.")
+
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
-        self.artifact = artifact
-        self.name = artifact.name
-        self.settings = settings
-        self.tokenizer = artifact.load_tokenizer()
+        super().__init__(artifact, settings)
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
-        self.scheduler: Scheduler[GenerationSequence] = Scheduler.from_settings(
-            self.name, self.model, settings, metrics
-        )
-        a = artifact
-        shape = {"n_layers": a.n_decoder_layers, "n_heads": a.n_heads, "d_head": a.d_head, "pad": self.model.pad}
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
+        shape = (artifact.n_decoder_layers, artifact.n_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
-        self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, **shape)
+        self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)
 
     @property
     def max_prompt_tokens(self) -> int:
@@ -161,8 +156,8 @@ class GenerationService:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
         prompt_ids = [self.tokenize(p, f, job.truncate) for p, f in zip(job.prompts, job.fields, strict=True)]
         sequences = self._sequences(job, prompt_ids)
-        many = "n" if job.n > 1 else job.fields[0].partition("[")[0]
-        deadline = time.monotonic() + self.settings.request_timeout_s
+        many = "n" if job.n > 1 else list_field(job.fields)
+        deadline = self.deadline()
         handle = self.scheduler.submit(sequences, deadline, many, GenerationHandle)
         handle.prompt_ids = prompt_ids
         if job.score_prompts is not None:
@@ -171,7 +166,7 @@ class GenerationService:
 
     async def warmup(self) -> None:
         """A short and a longer prompt in one batch, then a lone one, truncated to the limits."""
-        prompts = [ids[: self.max_prompt_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_PROMPTS)]
+        prompts = self.warmup_ids(self.max_prompt_tokens)
         for batch in (prompts, prompts[:1]):
             job = GenerationJob(
                 list(batch),

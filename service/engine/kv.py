@@ -17,25 +17,29 @@ from service.contract.names import kv_names as kv_names  # re-exported: the engi
 from service.runtime.sessions import Tensor, to_numpy
 
 
-def _pad(x: np.ndarray, axis: int, length: int, left: bool) -> np.ndarray:
-    missing = length - x.shape[axis]
-    if missing == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (missing, 0) if left else (0, missing)
-    return np.pad(x, widths)
-
-
 def _stack_padded(
     masks: list[np.ndarray], tensors: list[list[Tensor]], left: bool
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """The rows of several states as one: each padded to the longest on the left (the self-attention
-    cache) or on the right (the encoder's source), then stacked on the batch axis."""
+    cache) or on the right (the encoder's source), then stacked on the batch axis. Each part is copied
+    once, into its place in a zeroed result (pad-then-concatenate copied the running cache twice, on
+    every join)."""
     length = max(m.shape[1] for m in masks)
-    mask = np.concatenate([_pad(m, 1, length, left) for m in masks], axis=0)
-    stacked = [
-        np.concatenate([_pad(to_numpy(t[i]), 2, length, left) for t in tensors], axis=0) for i in range(len(tensors[0]))
-    ]
+    starts = np.cumsum([0] + [m.shape[0] for m in masks])
+
+    def placed(parts: list[np.ndarray], axis: int) -> np.ndarray:
+        first = parts[0]
+        shape = list(first.shape)
+        shape[0], shape[axis] = int(starts[-1]), length
+        out = np.zeros(shape, dtype=first.dtype)
+        for part, begin, end in zip(parts, starts[:-1], starts[1:], strict=True):
+            n = part.shape[axis]
+            span = slice(length - n, length) if left else slice(0, n)
+            out[(slice(begin, end), *([slice(None)] * (axis - 1)), span)] = part
+        return out
+
+    mask = placed(masks, 1)
+    stacked = [placed([to_numpy(t[i]) for t in tensors], 2) for i in range(len(tensors[0]))]
     return mask, stacked
 
 

@@ -19,88 +19,57 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "serve_requests", "HTTP requests by endpoint and status.", ["endpoint", "status"], registry=r
+        self.registry = r = CollectorRegistry()
+
+        # Most metrics are per model, and most histograms time something: those are the defaults.
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        def histogram(
+            name: str, doc: str, labels: tuple[str, ...] = ("model",), buckets: tuple[float, ...] = LATENCY_BUCKETS
+        ) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r)
+
+        by_status = ("endpoint", "status")
+        self.requests = counter("serve_requests", "HTTP requests by endpoint and status.", by_status)
+        self.request_duration = histogram(
+            "serve_request_duration_seconds", "HTTP request duration by endpoint and status.", by_status
         )
-        self.request_duration = Histogram(
-            "serve_request_duration_seconds",
-            "HTTP request duration by endpoint and status.",
-            ["endpoint", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue_time = Histogram(
-            "serve_queue_time_seconds",
-            "Time from admission to the first model run.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.batch_size = Histogram(
+        self.queue_time = histogram("serve_queue_time_seconds", "Time from admission to the first model run.")
+        self.batch_size = histogram(
             "serve_batch_size",
             "Rows per model run (phase prefill: newcomers, a classifier's whole run; decode: one step).",
-            ["model", "phase"],
-            buckets=BATCH_BUCKETS,
-            registry=r,
+            ("model", "phase"),
+            BATCH_BUCKETS,
         )
-        self.queue_depth = Gauge("serve_queue_depth", "Requests waiting for a batch slot.", ["model"], registry=r)
-        self.running = Gauge(
-            "serve_running_sequences", "Sequences prefilling or decoding (one per request item).", ["model"], registry=r
+        self.queue_depth = gauge("serve_queue_depth", "Requests waiting for a batch slot.")
+        self.running = gauge("serve_running_sequences", "Sequences prefilling or decoding (one per request item).")
+        self.running_rows = gauge("serve_running_rows", "Batch rows of the running sequences (beams count each).")
+        self.time_to_first_token = histogram(
+            "serve_time_to_first_token_seconds", "Admission to first generated token."
         )
-        self.running_rows = Gauge(
-            "serve_running_rows", "Batch rows of the running sequences (beams count each).", ["model"], registry=r
+        self.inter_token_latency = histogram(
+            "serve_inter_token_latency_seconds", "Time between consecutive tokens of one sequence.", buckets=TOKEN_BUCKETS
         )
-        self.time_to_first_token = Histogram(
-            "serve_time_to_first_token_seconds",
-            "Admission to first generated token.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.inter_token_latency = Histogram(
-            "serve_inter_token_latency_seconds",
-            "Time between consecutive tokens of one sequence.",
-            ["model"],
-            buckets=TOKEN_BUCKETS,
-            registry=r,
-        )
-        self.generated_tokens = Counter("serve_generated_tokens", "Tokens generated.", ["model"], registry=r)
-        self.rejected = Counter("serve_rejected", "Requests refused before running.", ["model", "reason"], registry=r)
-        self.cancelled = Counter(
-            "serve_cancelled", "Requests dropped after the client went away.", ["model"], registry=r
-        )
-        self.inflight = Gauge("serve_inflight_requests", "Inference requests being handled.", registry=r)
+        self.generated_tokens = counter("serve_generated_tokens", "Tokens generated.")
+        self.rejected = counter("serve_rejected", "Requests refused before running.", ("model", "reason"))
+        self.cancelled = counter("serve_cancelled", "Requests dropped after the client went away.")
+        self.inflight = gauge("serve_inflight_requests", "Inference requests being handled.", ())
         # Per-request metrics named after vLLM's (vllm:e2e_request_latency_seconds, ...), with a model label.
-        self.prompt_tokens = Counter("serve_prompt_tokens", "Prompt tokens processed.", ["model"], registry=r)
-        self.e2e_latency = Histogram(
-            "serve_e2e_request_latency_seconds",
-            "Queueing to the last result of one sequence or item, per model.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.prompt_tokens = counter("serve_prompt_tokens", "Prompt tokens processed.")
+        self.e2e_latency = histogram(
+            "serve_e2e_request_latency_seconds", "Queueing to the last result of one sequence or item, per model."
         )
-        self.request_success = Counter(
+        self.request_success = counter(
             "serve_request_success",
             "Finished generations by finish reason (eos, stop, length).",
-            ["model", "finished_reason"],
-            registry=r,
+            ("model", "finished_reason"),
         )
-        self.prefill_time = Histogram(
-            "serve_request_prefill_time_seconds",
-            "Admission to the first generated token.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.decode_time = Histogram(
-            "serve_request_decode_time_seconds",
-            "First to last generated token.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.prefill_time = histogram("serve_request_prefill_time_seconds", "Admission to the first generated token.")
+        self.decode_time = histogram("serve_request_decode_time_seconds", "First to last generated token.")
         # process_* (CPU, memory, file descriptors) and python_* for this registry, as the default one has.
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,26 +29,15 @@ class TokenScore:
     top: list[tuple[int, float]] | None  # the k most likely ids at this position, best first
 
 
+@dataclass(eq=False)
 class PromptScorer:
-    def __init__(
-        self,
-        name: str,
-        session: GraphSession,
-        settings: Settings,
-        executor: Executor,
-        *,
-        n_layers: int,
-        n_heads: int,
-        d_head: int,
-        pad: int,
-    ) -> None:
-        self.name = name
-        self.session = session
-        self.settings = settings
-        self.executor = executor
-        self.shape = (n_layers, n_heads, d_head)
-        self.pad = pad
-        self.pending = 0  # requests waiting for or running on the worker thread
+    name: str
+    session: GraphSession
+    settings: Settings
+    executor: Executor  # the generator's worker thread
+    shape: tuple[int, int, int]  # the KV cache's (n_layers, n_heads, d_head)
+    pad: int
+    pending: int = field(default=0, init=False)  # requests waiting for or running on the worker thread
 
     async def score(self, prompts: list[list[int]], top_k: int, deadline: float | None) -> list[list[TokenScore]]:
         """Each prompt's token scores; a 429 when max_queue_size scoring requests already wait."""

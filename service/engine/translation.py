@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from service.contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import RowAttention, to_json
+from service.engine.batch import SequenceBatch
 from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step
 from service.engine.chooser import ChooserRows, choose
 from service.engine.kv import CrossState, KVCache, kv_names
@@ -189,7 +190,7 @@ class TranslationModel:
         }
 
 
-class TranslationBatch:
+class TranslationBatch(SequenceBatch[_Request]):
     def __init__(
         self,
         model: TranslationModel,
@@ -216,12 +217,12 @@ class TranslationBatch:
         self.texts = np.asarray([r.text is not None for r in requests], dtype=bool)
 
     @property
-    def sequences(self) -> list[Sequence]:
-        return [r.seq for r in self.requests]
+    def entries(self) -> list[_Request]:
+        return self.requests
 
     @property
     def rows(self) -> int:
-        return len(self.targets)
+        return len(self.targets)  # a beam search request's beams are rows each
 
     def step(self) -> list[Emit]:
         m = self.model
@@ -367,17 +368,10 @@ class TranslationBatch:
             [self.requests[i] for i in requests],
             counts,
             self.targets.take(rows),
-            self.chooser.take(greedy),
-            self.stops.take(greedy),
-            None if self.attention is None else [self.attention[r] for r in rows.tolist()],
-            self.cache.take(rows),
-            self.model.place(self.cross.take(rows)),
-            self.next_ids[rows],
+            attention=None if self.attention is None else [self.attention[r] for r in rows.tolist()],
+            cross=self.model.place(self.cross.take(rows)),
+            **self._state_of(rows, greedy),
         )
-
-    def filter(self, keep: list[Sequence]) -> TranslationBatch | None:
-        wanted = {id(s) for s in keep}
-        return self._take([i for i, r in enumerate(self.requests) if id(r.seq) in wanted])
 
     def concatenate(self, other: Any) -> TranslationBatch:
         assert isinstance(other, TranslationBatch)
@@ -389,10 +383,7 @@ class TranslationBatch:
             self.requests + other.requests,
             np.concatenate([self.counts, other.counts]),
             Targets.concat([self.targets, other.targets]),
-            ChooserRows.concat([self.chooser, other.chooser]),
-            StopRows.concat([self.stops, other.stops]),
-            attention,
-            KVCache.concat([self.cache, other.cache]),
-            self.model.place(CrossState.concat([self.cross, other.cross])),
-            np.concatenate([self.next_ids, other.next_ids]),
+            attention=attention,
+            cross=self.model.place(CrossState.concat([self.cross, other.cross])),
+            **self._state_with(other),
         )

@@ -3,7 +3,6 @@ builds one sequence per source text, and queues them on the model's scheduler.""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from service.engine.attention import check_budget, check_length
@@ -11,6 +10,7 @@ from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
+from service.engine.task_service import TaskService, list_field
 from service.engine.translation import (
     TranslationModel,
     TranslationParams,
@@ -23,7 +23,6 @@ from service.runtime.sessions import GraphSession
 from service.settings import Settings
 
 MAX_BEAMS = 16
-WARMUP_TEXTS = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
 
 
 @dataclass(frozen=True)
@@ -37,18 +36,15 @@ class TranslationJob:
     model: str | None = None  # None: the task's default model
 
 
-class TranslationService:
+class TranslationService(TaskService[TranslationSequence]):
+    warmup_texts = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
+
     def __init__(
         self, artifact: Artifact, encoder: GraphSession, decoder: GraphSession, settings: Settings, metrics: Metrics
     ) -> None:
-        self.artifact = artifact
-        self.name = artifact.name
-        self.settings = settings
-        self.tokenizer = artifact.load_tokenizer()
+        super().__init__(artifact, settings)
         self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
-        self.scheduler: Scheduler[TranslationSequence] = Scheduler.from_settings(
-            self.name, self.model, settings, metrics
-        )
+        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
 
     @property
     def max_source_tokens(self) -> int:
@@ -91,7 +87,7 @@ class TranslationService:
 
     async def warmup(self) -> None:
         """Greedy and beam search over a short and a longer source, truncated to the limits."""
-        sources = [ids[: self.max_source_tokens] for ids in (self.tokenizer.encode(t).ids for t in WARMUP_TEXTS)]
+        sources = self.warmup_ids(self.max_source_tokens)
         for beams in sorted({1, min(2, self.settings.max_batch_size)}):
             params = TranslationParams(num_beams=beams)
             sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
@@ -115,7 +111,6 @@ class TranslationService:
                 for s in sequences
             )
             check_budget(values, self.settings.max_attention_values)
-        deadline = time.monotonic() + self.settings.request_timeout_s
-        handle = self.scheduler.submit(sequences, deadline, job.fields[0].partition("[")[0])
+        handle = self.scheduler.submit(sequences, self.deadline(), list_field(job.fields))
         handle.prompt_ids = sources
         return handle

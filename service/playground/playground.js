@@ -109,6 +109,16 @@ function headChoices(heads, first) {
   return [first, ...Array.from({ length: heads }, (_, h) => [String(h), `${h + 1} of ${heads}`])];
 }
 
+// maps[L][H][rows][cols], one matrix per head, the same token rows and columns in every one
+// (translation's cross attention, generation's self attention): one head, or their mean.
+function drawHeadMaps(heatmap, maps, rows, cols) {
+  drawHeatmap(heatmap, {
+    layers: maps.length,
+    headChoices: headChoices(maps[0].length, ["mean", "mean of heads"]),
+    matrix: (l, h) => ({ rows, cols, values: headMatrix(maps, l, h) }),
+  });
+}
+
 // --- the three tasks -----------------------------------------------------------------------------
 
 const tasks = {
@@ -118,12 +128,7 @@ const tasks = {
     });
     const t = data.translations[0];
     output.textContent = t.text;
-    const a = t.attention;
-    drawHeatmap(heatmap, {
-      layers: a.cross.length,
-      headChoices: headChoices(a.cross[0].length, ["mean", "mean of heads"]),
-      matrix: (l, h) => ({ rows: a.target_tokens, cols: a.source_tokens, values: headMatrix(a.cross, l, h) }),
-    });
+    drawHeadMaps(heatmap, t.attention.cross, t.attention.target_tokens, t.attention.source_tokens);
   },
 
   async generate(form, output, heatmap) {
@@ -141,12 +146,7 @@ const tasks = {
       } else if (event === "error") {
         throw new Error(data.error.message);
       } else if (event === "done" && data.attention) {
-        const a = data.attention;
-        drawHeatmap(heatmap, {
-          layers: a.layers.length,
-          headChoices: headChoices(a.layers[0].length, ["mean", "mean of heads"]),
-          matrix: (l, h) => ({ rows: a.tokens, cols: a.tokens, values: headMatrix(a.layers, l, h) }),
-        });
+        drawHeadMaps(heatmap, data.attention.layers, data.attention.tokens, data.attention.tokens);
       }
     });
   },
