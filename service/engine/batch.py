@@ -10,7 +10,7 @@ import numpy as np
 
 from service.engine.chooser import ChooserRows
 from service.engine.kv import KVCache
-from service.engine.scheduler import Sequence
+from service.engine.sequence import Sequence
 from service.engine.stopping import StopRows
 
 

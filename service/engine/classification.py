@@ -14,7 +14,8 @@ from service.engine.attention import check_budget, check_length, to_json
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import Emit, Scheduler, Sequence
+from service.engine.scheduler import Scheduler
+from service.engine.sequence import Emit, Sequence
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession

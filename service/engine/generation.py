@@ -1,7 +1,8 @@
 """Decoder-only generation with continuous batching and a KV cache.
 
-`GenerationModel.prefill` runs the prompts of newcomers as one left-padded batch (empty past) and
-samples their first token; `GenerationBatch.step` feeds one token per row against the cache. Tokens are
+`GenerationModel.prefill` runs the prompts of newcomers as one left-padded batch (empty past), or
+`start_prefill` feeds them a chunk of columns per scheduler step while others decode, and samples
+their first token; `GenerationBatch.step` feeds one token per row against the cache. Tokens are
 chosen for the whole batch at once (`chooser`), each row with its own seed, and each row keeps its own
 detokenizer, so its tokens do not depend on its neighbours. The end token ends a row without being one
 of its tokens (`stopping`).
@@ -23,7 +24,7 @@ from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams
-from service.engine.scheduler import Emit, Sequence
+from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, StopRows, release
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
@@ -127,21 +128,24 @@ class GenerationModel:
         return out["logits"][:, -1], cache.advance(out, new_mask), attn
 
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], GenerationBatch | None]:
-        rows = [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)]
-        B, S = len(rows), max(len(r.seq.prompt_ids) for r in rows)
-        ids = np.full((B, S), self.pad, dtype=np.int64)
-        mask = np.zeros((B, S), dtype=np.int64)
-        for b, row in enumerate(rows):  # left padding: every prompt ends in the last column
-            n = len(row.seq.prompt_ids)
-            ids[b, S - n :] = row.seq.prompt_ids
-            mask[b, S - n :] = 1
-        empty = KVCache.empty(B, self.n_layers, self.artifact.n_heads, self.artifact.d_head)
-        want = any(r.params.return_attention for r in rows)
-        logits, cache, attn = self.run(ids, empty, mask, want)
+        """The newcomers' whole prompts in one call: their first tokens and their decode batch."""
+        finished = self.start_prefill(sequences).advance(None)
+        assert finished is not None
+        return finished
+
+    def start_prefill(self, sequences: list[Sequence]) -> PromptBatch:
+        """The newcomers' prompts, to be fed a chunk per scheduler step (`PromptBatch.advance`)."""
+        return PromptBatch(self, [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)])
+
+    def first_tokens(
+        self, rows: list[_Row], logits: np.ndarray, cache: KVCache, attn: list[np.ndarray], padded: int
+    ) -> tuple[list[Emit], GenerationBatch | None]:
+        """After the last prompt chunk: choose each row's first token; the batch of those that go on.
+        `attn` holds the whole prompt's maps when a row asked for them (its prompt then ran in one call)."""
         for b, row in enumerate(rows):
             if row.params.return_attention:
                 n = len(row.seq.prompt_ids)
-                row.attention = [[a[b, :, S - n :, S - n :]] for a in attn]  # [H, n, n]
+                row.attention = [[a[b, :, padded - n :, padded - n :]] for a in attn]  # [H, n, n]
         params = [r.params for r in rows]
         chooser = ChooserRows.create(
             [p.sampling for p in params], self.vocab_size, [r.seq.prompt_ids for r in rows], [p.logprobs for p in params]
@@ -149,7 +153,7 @@ class GenerationModel:
         for row, seed in zip(rows, chooser.seed.tolist(), strict=True):
             row.seed = seed
         stops = StopRows.create([p.max_new_tokens for p in params], [p.ignore_eos for p in params])
-        batch = GenerationBatch(self, rows, cache, np.zeros((B, 1), dtype=np.int64), chooser, stops)
+        batch = GenerationBatch(self, rows, cache, np.zeros((len(rows), 1), dtype=np.int64), chooser, stops)
         emits = batch.select(logits)
         return emits, batch.drop_finished()
 
@@ -190,6 +194,46 @@ class GenerationModel:
                 ids, values = choice.top_ids[b, :k].tolist(), choice.top_logprobs[b, :k].tolist()
                 top = [TopLogprob(t, self.tokenizer.decode([t]), v) for t, v in zip(ids, values, strict=True)]
         return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top)
+
+
+class PromptBatch:
+    """Newcomers whose left-padded prompts are fed to the graph a chunk of columns per call (chunked
+    prefill, as in Sarathi-Serve and vLLM): while a batch decodes, each of its steps then waits for one
+    bounded chunk instead of for whole prompts. Every chunk attends to the cache of the ones before it,
+    so the last chunk's logits are those of one whole-prompt call."""
+
+    def __init__(self, model: GenerationModel, rows: list[_Row]) -> None:
+        self.model = model
+        self.rows = rows
+        B, S = len(rows), max(len(r.seq.prompt_ids) for r in rows)
+        self.ids = np.full((B, S), model.pad, dtype=np.int64)
+        self.mask = np.zeros((B, S), dtype=np.int64)
+        for b, row in enumerate(rows):  # left padding: every prompt ends in the last column
+            n = len(row.seq.prompt_ids)
+            self.ids[b, S - n :] = row.seq.prompt_ids
+            self.mask[b, S - n :] = 1
+        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_heads, model.artifact.d_head)
+        self.fed = 0  # columns already in the cache
+        # Attention maps are cut from one whole-prompt call: such a batch is never split.
+        self.attention = any(r.params.return_attention for r in rows)
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return [r.seq for r in self.rows]
+
+    def advance(self, max_tokens: int | None) -> tuple[list[Emit], GenerationBatch | None] | None:
+        """Feed the next chunk, at most `max_tokens` padded tokens (at least one column; None: all the
+        rest). None while columns remain; after the last, the first tokens and the decode batch."""
+        B, S = self.ids.shape
+        width = S - self.fed
+        if max_tokens is not None and not self.attention:
+            width = min(width, max(1, max_tokens // B))
+        columns = slice(self.fed, self.fed + width)
+        logits, self.cache, attn = self.model.run(self.ids[:, columns], self.cache, self.mask[:, columns], self.attention)
+        self.fed += width
+        if self.fed < S:
+            return None
+        return self.model.first_tokens(self.rows, logits, self.cache, attn, S)
 
 
 @dataclass(eq=False, repr=False)  # one worker's state: compared by identity, its arrays never printed

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from service.engine.errors import EngineError, RequestTimeout
 
 if TYPE_CHECKING:
-    from service.engine.scheduler import Sequence
+    from service.engine.sequence import Sequence
 
 E = TypeVar("E")  # a streamed event (a token)
 R = TypeVar("R")  # a sequence's final event (its result)

@@ -1,9 +1,10 @@
 """Continuous batching (as in TGI / vLLM) on one worker thread per model.
 
 New sequences join the running batch at the next step, finished and abandoned ones leave, each keeping
-its own KV cache rows. A model plugs in through two small interfaces, after TGI's batch state:
-`prefill(sequences)` builds a batch for newcomers (a one-step model, the classifier, emits every result
-there and returns no batch), and a batch has `step()`, `filter()` and `concatenate()`.
+its own KV cache rows. A model plugs in through the small interfaces of `sequence.py`. While a batch
+decodes, a model with chunked prefill (the generator) feeds newcomers' prompts SERVE_PREFILL_CHUNK_TOKENS
+padded tokens per step, so a burst of prompts, or a long one, delays each running stream's steps by a
+bounded amount instead of all at once.
 
 The worker runs prefill and decode steps back to back and never waits for the event loop: it hands
 every step's events to the loop with one `call_soon_threadsafe`. The loop only queues sequences
@@ -19,13 +20,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, Unavailable
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.request_context import current_timing
+from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, Sequence, SeqT
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,59 +34,11 @@ T = TypeVar("T")
 H = TypeVar("H", bound=Handle[Any, Any])
 
 # Padded prompt tokens (B * S) per prefill call: prompt scoring computes logits at every position, and
-# older generator graphs do for prefill too. While other sequences are decoding, a step's prefill gets
+# older generator graphs do for prefill too. While other sequences are decoding, a group of newcomers gets
 # the smaller budget (one longest prompt of the committed generator, 255 tokens), so a burst of long
-# prompts joins over several steps instead of stalling the running streams for all of them at once.
+# prompts joins in several groups (each fed in chunks where the model can) rather than all at once.
 MAX_PREFILL_TOKENS = 4096
 STEP_PREFILL_TOKENS = 256
-
-
-class Sequence:
-    """One scheduled sequence. `rows` is how many batch rows it may occupy (1, or the number of beams)."""
-
-    def __init__(self, rows: int = 1, prefill_tokens: int = 1) -> None:
-        self.rows = rows
-        self.prefill_tokens = prefill_tokens  # its length in the padded prefill batch
-        self.enqueued = time.perf_counter()
-        self.admitted: float | None = None  # when it left the queue for its prefill
-        self.cancelled = False  # set on the loop, read by the worker between steps
-        self.wants_events = True  # False once its handle is read for results only: no token events to hand over
-        self.done = False  # its final event (or an error) was delivered; loop side
-        self.timing = current_timing()  # the HTTP request's timing record, if any
-        self.handle: Handle[Any, Any] | None = None
-        self.index = 0  # its position in the handle
-
-
-SeqT = TypeVar("SeqT", bound=Sequence)
-
-
-@dataclass
-class Emit:
-    """An event for one sequence, produced in the worker thread; `final` ends the sequence."""
-
-    sequence: Sequence
-    event: Any
-    final: bool = False
-
-
-class DecodeBatch(Protocol[SeqT]):
-    @property
-    def sequences(self) -> list[SeqT]: ...
-
-    @property
-    def rows(self) -> int: ...
-
-    def step(self) -> list[Emit]:
-        """Run one decode step for every row; afterwards the batch holds only unfinished sequences."""
-        ...
-
-    def filter(self, keep: list[SeqT]) -> DecodeBatch[SeqT] | None: ...
-
-    def concatenate(self, other: DecodeBatch[SeqT]) -> DecodeBatch[SeqT]: ...
-
-
-class DecodeModel(Protocol[SeqT]):
-    def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
 
 
 Failed = tuple[list[Sequence], EngineError]
@@ -112,6 +64,7 @@ class Scheduler(Generic[SeqT]):
         max_queue_size: int,
         max_wait_s: float,
         metrics: Metrics,
+        prefill_chunk_tokens: int = 0,
     ) -> None:
         self.name = name
         self.model = model
@@ -119,6 +72,8 @@ class Scheduler(Generic[SeqT]):
         self.max_queue_size = max_queue_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
+        # > 0: while a batch decodes, newcomers' prompts go in chunks of this many padded tokens, one per step.
+        self.chunk_tokens = prefill_chunk_tokens if isinstance(model, ChunkedPrefillModel) else 0
         self.executor = WorkerExecutor(self)
         self._cond = threading.Condition()  # guards _waiting, _jobs, _inflight, _stopping
         self._waiting: deque[SeqT] = deque()
@@ -126,6 +81,7 @@ class Scheduler(Generic[SeqT]):
         self._inflight: list[SeqT] = []  # prefilling or in the batch: what stop() must fail
         self._stopping = False
         self._batch: DecodeBatch[SeqT] | None = None  # the worker's alone
+        self._prompts: PromptChunks[SeqT] | None = None  # newcomers half fed (chunked prefill); the worker's alone
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -140,6 +96,7 @@ class Scheduler(Generic[SeqT]):
             max_queue_size=settings.max_queue_size,
             max_wait_s=settings.max_wait_ms / 1000,
             metrics=metrics,
+            prefill_chunk_tokens=settings.prefill_chunk_tokens,
         )
 
     @property
@@ -253,10 +210,10 @@ class Scheduler(Generic[SeqT]):
             try:
                 self._iterate(*work)
             except Exception as exc:  # a bug in this loop, not in a model run: fail what runs, carry on
-                self._batch = None
+                self._batch = self._prompts = None
                 self._hand_over([], [(list(self._inflight), self._engine_error(exc, self._inflight))])
             with self._cond:
-                self._inflight = list(self._batch.sequences) if self._batch else []
+                self._inflight = self._running()
             self._set_gauges()
 
     def _iterate(self, jobs: list[tuple[Future[Any], Callable[[], Any]]], newcomers: list[SeqT]) -> None:
@@ -266,25 +223,30 @@ class Scheduler(Generic[SeqT]):
                     future.set_result(job())
                 except BaseException as exc:
                     future.set_exception(exc)
-        if newcomers:
+        if newcomers and self._batch is not None and self.chunk_tokens:
+            self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
+            self._prompts = self.model.start_prefill(newcomers)  # type: ignore[attr-defined]
+        elif newcomers:
             failures: list[Failed] = []
             emits = self._prefill(newcomers, failures)
             self._hand_over(emits, failures)  # first tokens go out before the next step
+        if self._prompts is not None:
+            self._hand_over(*self._feed_prompts())
         if self._batch is not None:
             self._hand_over(*self._decode())
 
     def _next_work(self) -> tuple[list[tuple[Future[Any], Callable[[], Any]]], list[SeqT]] | None:
         """Block while idle; then the jobs to run and the newcomers to prefill (None: stop)."""
         with self._cond:
-            while not (self._stopping or self._jobs or self._waiting or self._batch is not None):
+            while not (self._stopping or self._jobs or self._waiting or self._batch or self._prompts):
                 self._cond.wait()
             self._wait_for_company()
             if self._stopping:
                 return None
             jobs, self._jobs = self._jobs, []
-            newcomers = self._admit()
+            newcomers = self._admit() if self._prompts is None else []  # one group of prompts at a time
             if newcomers:
-                self._inflight = [*(self._batch.sequences if self._batch else []), *newcomers]
+                self._inflight = [*self._running(), *newcomers]
                 self._set_gauges()
             return jobs, newcomers
 
@@ -295,6 +257,7 @@ class Scheduler(Generic[SeqT]):
         to fill the batch, so it prefills as one."""
         while (
             self._batch is None
+            and self._prompts is None
             and not (self._stopping or self._jobs)
             and len(self._waiting) > 1
             and sum(s.rows for s in self._waiting) < self.max_rows
@@ -333,14 +296,40 @@ class Scheduler(Generic[SeqT]):
         self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
         try:
             emits, batch = self.model.prefill(newcomers)
-            if batch is not None and batch.sequences:
-                self._batch = batch if self._batch is None else self._batch.concatenate(batch)
+            self._join(batch)
         except Exception as exc:
             if len(newcomers) == 1:
                 failures.append((list(newcomers), self._engine_error(exc, newcomers)))
                 return []
             return [emit for seq in newcomers for emit in self._prefill([seq], failures)]
         return emits
+
+    def _join(self, batch: DecodeBatch[SeqT] | None) -> None:
+        if batch is not None and batch.sequences:
+            self._batch = batch if self._batch is None else self._batch.concatenate(batch)
+
+    def _feed_prompts(self) -> tuple[list[Emit], list[Failed]]:
+        """The next chunk of the newcomers' prompts (all the rest when nothing else runs: nobody waits);
+        after the last, their first tokens, and they join the batch. A failure is retried as a whole
+        prefill, which fails only the request at fault."""
+        prompts = self._prompts
+        assert prompts is not None
+        try:
+            finished = prompts.advance(self.chunk_tokens if self._batch is not None else None)
+            if finished is None:
+                return [], []
+            self._prompts = None
+            emits, batch = finished
+            self._join(batch)
+            return emits, []
+        except Exception:
+            self._prompts = None
+            failures: list[Failed] = []
+            return self._prefill(prompts.sequences, failures), failures
+
+    def _running(self) -> list[SeqT]:
+        """Sequences decoding or half prefilled: what stop() and a failed iteration must fail."""
+        return [*(self._batch.sequences if self._batch else []), *(self._prompts.sequences if self._prompts else [])]
 
     def _decode(self) -> tuple[list[Emit], list[Failed]]:
         """One step; the batch is replaced by what is left of it: unfinished and not cancelled."""

@@ -25,7 +25,7 @@ from service.engine.chooser import ChooserRows, choose
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams
-from service.engine.scheduler import Emit, Sequence
+from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release
 from service.engine.streaming import TextStream
 from service.engine.top_logprobs import TopLogprobs

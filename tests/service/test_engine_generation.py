@@ -63,6 +63,31 @@ async def test_a_request_joining_a_running_batch_gets_its_own_result(serving, sl
         assert decode_steps_with_more_than_one_row(s) > 0
 
 
+async def test_a_prompt_fed_in_chunks_beside_a_running_batch_gets_the_tokens_of_a_whole_prefill(
+    serving, slow_down
+) -> None:
+    """With a 2-token chunk budget a joining prompt goes in one or two columns per step, each chunk
+    attending to the cache of the ones before: the same tokens as its prefill in one call."""
+    long = GenerationParams(max_new_tokens=30, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+    joining = [PARAMS[0], PARAMS[1]]
+    async with serving(max_batch_size=1) as s:
+        expected = [ids(await run(s.engine.generator, PROMPTS[2], p)) for p in joining]
+    async with serving(max_batch_size=8, prefill_chunk_tokens=2) as s:
+        gen = s.engine.generator
+        calls = []
+        original = gen.model.run
+        gen.model.run = lambda ids_, *a, **k: calls.append(ids_.shape) or original(ids_, *a, **k)
+        slow_down(gen.model.session, 0.01)
+        events = gen.scheduler.submit([gen.sequence(gen.tokenize(PROMPTS[0], "prompt"), long)], None, "prompt").events()
+        await anext(events)  # decoding
+        calls.clear()
+        joined = await asyncio.gather(*(run(gen, PROMPTS[2], p) for p in joining))
+        assert [e async for e in events][-1].finish_reason == "length"
+    assert [ids(r) for r in joined] == expected
+    assert len(gen.tokenize(PROMPTS[2], "prompt")) > 2
+    assert max(columns for _, columns in calls) <= 2  # no call fed a whole prompt
+
+
 async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:
     gen = served.engine.generator
     params = GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ignore_eos=True)

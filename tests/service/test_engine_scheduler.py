@@ -52,10 +52,10 @@ class FakeBatch:
 
     def filter(self, keep: list[Sequence]) -> "FakeBatch | None":
         kept = [s for s in self.seqs if s in keep]
-        return FakeBatch(self.model, kept) if kept else None
+        return type(self)(self.model, kept) if kept else None
 
     def concatenate(self, other: Any) -> "FakeBatch":
-        return FakeBatch(self.model, self.seqs + other.seqs)
+        return type(self)(self.model, self.seqs + other.seqs)
 
 
 class FakeModel:
@@ -319,3 +319,83 @@ async def test_a_bad_newcomer_fails_only_its_own_request() -> None:
     assert "out of data bounds" not in failed.value.message
     assert tried == [3, 1, 1, 1]  # together first, then each alone
     await s.stop(Unavailable("stop"))
+
+
+class FakeChunks:
+    """Newcomers' prompts fed `max_tokens` padded tokens per call."""
+
+    def __init__(self, model: "ChunkedModel", seqs: list[Counting]) -> None:
+        self.model, self.seqs = model, seqs
+        self.left = len(seqs) * max(s.prefill_tokens for s in seqs)
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return list(self.seqs)
+
+    def advance(self, max_tokens: int | None) -> tuple[list[Emit], FakeBatch] | None:
+        if self.model.fail_chunks:
+            raise RuntimeError("chunk failed")
+        fed = self.left if max_tokens is None else min(self.left, max_tokens)
+        self.model.log.append(("chunk", fed))
+        self.left -= fed
+        return None if self.left else ([], LoggedBatch(self.model, list(self.seqs)))
+
+
+class ChunkedModel(FakeModel):
+    def __init__(self, step_s: float = 0.0) -> None:
+        super().__init__(step_s)
+        self.log: list[tuple[str, int]] = []
+        self.fail_chunks = False
+
+    def prefill(self, sequences: list[Counting]) -> tuple[list[Emit], FakeBatch]:
+        self.prefills.append(len(sequences))
+        return [], LoggedBatch(self, list(sequences))
+
+    def start_prefill(self, sequences: list[Counting]) -> FakeChunks:
+        return FakeChunks(self, list(sequences))
+
+
+class LoggedBatch(FakeBatch):
+    def step(self) -> list[Emit]:
+        assert isinstance(self.model, ChunkedModel)
+        self.model.log.append(("step", len(self.seqs)))
+        return super().step()
+
+
+async def test_prompts_join_a_running_batch_a_chunk_per_step() -> None:
+    """An idle model prefills whole prompts; while a batch decodes, a newcomer's prompt goes in chunks of
+    at most prefill_chunk_tokens, with a decode step of the running batch after each chunk."""
+    model = ChunkedModel(step_s=0.002)
+    s = scheduler(model, max_rows=8, prefill_chunk_tokens=32)
+    s.start()
+    running = submit(s, [Counting(60)])
+    events = running.events()
+    await anext(events)
+    assert model.prefills == [1] and model.log[0] == ("step", 1)  # idle: a whole prefill, then decoding
+    joiner = submit(s, [Counting(2, prompt=100)])
+    assert await joiner.results() == ["done"]
+    chunks = [i for i, (kind, _) in enumerate(model.log) if kind == "chunk"]
+    assert [model.log[i][1] for i in chunks] == [32, 32, 32, 4]
+    assert all(model.log[i + 1] == ("step", 1) for i in chunks[:-1])  # the running stream stepped between chunks
+    assert model.log[chunks[-1] + 1] == ("step", 2)  # then the newcomer decodes with it
+    assert [e async for e in events][-1] == "done"
+    await s.stop(Unavailable("stop"))
+
+
+async def test_a_failed_chunk_is_retried_as_a_whole_prefill() -> None:
+    model = ChunkedModel(step_s=0.002)
+    s = scheduler(model, max_rows=8, prefill_chunk_tokens=8)
+    s.start()
+    events = submit(s, [Counting(30)]).events()
+    await anext(events)
+    model.fail_chunks = True
+    assert await submit(s, [Counting(2, prompt=40)]).results() == ["done"]
+    assert model.prefills == [1, 1]  # the running one's, then the retry of the failed chunked one
+    assert [e async for e in events][-1] == "done"
+    await s.stop(Unavailable("stop"))
+
+
+async def test_chunking_off_or_a_model_without_it_prefills_whole_prompts() -> None:
+    assert scheduler(ChunkedModel(), prefill_chunk_tokens=0).chunk_tokens == 0
+    assert scheduler(FakeModel(), prefill_chunk_tokens=64).chunk_tokens == 0  # no start_prefill
+    assert scheduler(ChunkedModel(), prefill_chunk_tokens=64).chunk_tokens == 64

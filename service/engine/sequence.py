@@ -1,0 +1,81 @@
+"""What the scheduler schedules, and the two small interfaces a model plugs in through (after TGI's
+batch state): `prefill(sequences)` builds a batch for newcomers (a one-step model, the classifier, emits
+every result there and returns no batch), and a batch has `step()`, `filter()` and `concatenate()`. A
+model whose prompts can join a running batch a chunk per step also has `start_prefill`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from service.request_context import current_timing
+
+if TYPE_CHECKING:
+    from service.engine.handle import Handle
+
+
+class Sequence:
+    """One scheduled sequence. `rows` is how many batch rows it may occupy (1, or the number of beams)."""
+
+    def __init__(self, rows: int = 1, prefill_tokens: int = 1) -> None:
+        self.rows = rows
+        self.prefill_tokens = prefill_tokens  # its length in the padded prefill batch
+        self.enqueued = time.perf_counter()
+        self.admitted: float | None = None  # when it left the queue for its prefill
+        self.cancelled = False  # set on the loop, read by the worker between steps
+        self.wants_events = True  # False once its handle is read for results only: no token events to hand over
+        self.done = False  # its final event (or an error) was delivered; loop side
+        self.timing = current_timing()  # the HTTP request's timing record, if any
+        self.handle: Handle[Any, Any] | None = None
+        self.index = 0  # its position in the handle
+
+
+SeqT = TypeVar("SeqT", bound=Sequence)
+
+
+@dataclass
+class Emit:
+    """An event for one sequence, produced in the worker thread; `final` ends the sequence."""
+
+    sequence: Sequence
+    event: Any
+    final: bool = False
+
+
+class DecodeBatch(Protocol[SeqT]):
+    @property
+    def sequences(self) -> list[SeqT]: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    def step(self) -> list[Emit]:
+        """Run one decode step for every row; afterwards the batch holds only unfinished sequences."""
+        ...
+
+    def filter(self, keep: list[SeqT]) -> DecodeBatch[SeqT] | None: ...
+
+    def concatenate(self, other: DecodeBatch[SeqT]) -> DecodeBatch[SeqT]: ...
+
+
+class DecodeModel(Protocol[SeqT]):
+    def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
+
+
+class PromptChunks(Protocol[SeqT]):
+    """Newcomers' prompts being fed a chunk per step; the last chunk gives what `prefill` gives."""
+
+    @property
+    def sequences(self) -> list[SeqT]: ...
+
+    def advance(self, max_tokens: int | None) -> tuple[list[Emit], DecodeBatch[SeqT] | None] | None: ...
+
+
+@runtime_checkable
+class ChunkedPrefillModel(Protocol[SeqT]):
+    """A model whose prompts can join a running batch a chunk per step (the generator)."""
+
+    def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
+
+    def start_prefill(self, sequences: list[SeqT]) -> PromptChunks[SeqT]: ...
