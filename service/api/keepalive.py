@@ -8,55 +8,56 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+from starlette.types import Send
+
 KEEPALIVE = ": keep-alive\n\n"
-_END = object()
 
 
-async def with_keepalive(chunks: AsyncIterator[str], interval_s: float) -> AsyncIterator[str]:
-    """One reader task and one re-arming timer per stream, not a task and a timeout per chunk: with 16
-    streams a chunk per decode step each, that per-chunk work was the event loop's own share of the CPU."""
-    if interval_s <= 0:
-        async for chunk in chunks:
-            yield chunk
-        return
+async def send_chunks(chunks: AsyncIterator[str], send: Send, interval_s: float) -> None:
+    """Send every chunk as an ASGI body message (more to come), and KEEPALIVE whenever the source has been
+    silent for `interval_s` (0: never). The response's own task reads the source and sends: a reader task
+    and a queue in between cost the event loop a second task wake-up per token. A comment is sent by a
+    short task that the one re-arming timer starts, once per silent interval; the next chunk waits for it."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[object] = asyncio.Queue()
-    last = time.monotonic()
+    last = time.monotonic()  # when the source last gave a chunk
+    sending = False  # a send is under way (a slow client): the connection is not idle, no comment
+    comment: asyncio.Task[None] | None = None  # on its way; one that failed stays, for the stream to raise
 
-    async def read() -> None:
-        nonlocal last
+    async def put(chunk: str) -> None:
+        nonlocal sending
+        sending = True
         try:
-            async for chunk in chunks:
-                last = time.monotonic()
-                queue.put_nowait(chunk)
-        except BaseException as exc:  # the source's error goes out where the chunks do
-            queue.put_nowait(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        else:
-            queue.put_nowait(_END)
+            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+        finally:
+            sending = False
+
+    async def keep_alive() -> None:
+        nonlocal comment
+        await put(KEEPALIVE)
+        comment = None
 
     def tick() -> None:
-        nonlocal timer, last
+        nonlocal timer, last, comment
         now = time.monotonic()
         if now - last >= interval_s:
-            queue.put_nowait(KEEPALIVE)  # the read carries on; only a comment goes out
+            if not sending and comment is None:
+                comment = asyncio.ensure_future(keep_alive())
             last = now
         timer = loop.call_later(interval_s - (now - last), tick)
 
-    reader = asyncio.ensure_future(read())
-    timer = loop.call_later(interval_s, tick)
+    timer = loop.call_later(interval_s, tick) if interval_s > 0 else None
     try:
-        while True:
-            item = await queue.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:  # the client went away (or the stream ended): stop the read and close the source
-        timer.cancel()
-        if not reader.done():
-            reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
+        async for chunk in chunks:
+            last = time.monotonic()
+            if comment is not None:  # the comment goes out first
+                await comment
+            await put(chunk)
+        if comment is not None:
+            await comment
+    finally:  # the client went away (or the stream ended): stop the timer and close the source
+        if timer is not None:
+            timer.cancel()
+        if comment is not None:
+            comment.cancel()
+            await asyncio.gather(comment, return_exceptions=True)
         await chunks.aclose()  # type: ignore[attr-defined]
