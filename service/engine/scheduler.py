@@ -238,7 +238,8 @@ class Scheduler(Generic[SeqT]):
     def _next_work(self) -> tuple[list[tuple[Future[Any], Callable[[], Any]]], list[SeqT]] | None:
         """Block while idle; then the jobs to run and the newcomers to prefill (None: stop)."""
         with self._cond:
-            while not (self._stopping or self._jobs or self._waiting or self._batch or self._prompts):
+            idle = self._batch is None and self._prompts is None
+            while not (self._stopping or self._jobs or self._waiting) and idle:
                 self._cond.wait()
             self._wait_for_company()
             if self._stopping:
