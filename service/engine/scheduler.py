@@ -72,8 +72,10 @@ class Scheduler(Generic[SeqT]):
         self.max_queue_size = max_queue_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
-        # > 0: while a batch decodes, newcomers' prompts go in chunks of this many padded tokens, one per step.
-        self.chunk_tokens = prefill_chunk_tokens if isinstance(model, ChunkedPrefillModel) else 0
+        # While a batch decodes, newcomers' prompts go in chunks of chunk_tokens padded tokens, one per step
+        # (a model that can, with a budget > 0).
+        self._chunked = model if prefill_chunk_tokens > 0 and isinstance(model, ChunkedPrefillModel) else None
+        self.chunk_tokens = prefill_chunk_tokens if self._chunked is not None else 0
         self.executor = WorkerExecutor(self)
         self._cond = threading.Condition()  # guards _waiting, _jobs, _inflight, _stopping
         self._waiting: deque[SeqT] = deque()
@@ -223,9 +225,9 @@ class Scheduler(Generic[SeqT]):
                     future.set_result(job())
                 except BaseException as exc:
                     future.set_exception(exc)
-        if newcomers and self._batch is not None and self.chunk_tokens:
+        if newcomers and self._batch is not None and self._chunked is not None:
             self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
-            self._prompts = self.model.start_prefill(newcomers)  # type: ignore[attr-defined]
+            self._prompts = self._chunked.start_prefill(newcomers)
         elif newcomers:
             failures: list[Failed] = []
             emits = self._prefill(newcomers, failures)

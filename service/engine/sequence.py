@@ -73,9 +73,7 @@ class PromptChunks(Protocol[SeqT]):
 
 
 @runtime_checkable
-class ChunkedPrefillModel(Protocol[SeqT]):
+class ChunkedPrefillModel(DecodeModel[SeqT], Protocol[SeqT]):
     """A model whose prompts can join a running batch a chunk per step (the generator)."""
-
-    def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
 
     def start_prefill(self, sequences: list[SeqT]) -> PromptChunks[SeqT]: ...
