@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     # 0 lets ONNX Runtime pick (one thread per physical core).
     intra_op_threads: int = Field(default=0, ge=0, le=256)
     inter_op_threads: int = Field(default=0, ge=0, le=256)
+    # A classifier run that answers several requests at once uses this many (None: one fewer than the above,
+    # or than the cores), leaving the event loop a core; a lone request gets them all.
+    busy_intra_op_threads: int | None = Field(default=None, ge=1, le=256)
     quantization: Literal["none", "int8"] = "none"
     # None: bind outputs on the device only when the session really runs on CUDA.
     io_binding: bool | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +14,7 @@ from service.api.generate import sampling_params, stop_strings
 from service.api.openai_errors import openai_error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
 from service.api.sse import sse, streaming_response
+from service.api.tracing import new_request_id
 from service.engine.errors import EngineError
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob, GenerationService
@@ -141,7 +141,7 @@ class _Chunks:
         echo_logprobs: list[CompletionLogprobs | None],
         generator: GenerationService,
     ) -> None:
-        self.id, self.created, self.model = f"cmpl-{secrets.token_hex(16)}", int(time.time()), model
+        self.id, self.created, self.model = f"cmpl-{new_request_id()}", int(time.time()), model
         self.body, self.prompt_ids, self.echoes, self.generator = body, prompt_ids, echoes, generator
         self.echo_logprobs = echo_logprobs
         self.offsets = [len(e) for e in echoes]
@@ -245,7 +245,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
         for i, (r, echo, lp) in enumerate(zip(results, echoes, echo_logprobs, strict=True))
     ]
     return CompletionResponse(
-        id=f"cmpl-{secrets.token_hex(16)}",
+        id=f"cmpl-{new_request_id()}",
         created=int(time.time()),
         model=generator.name,
         choices=choices,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -55,6 +56,8 @@ class RequestMetricsMiddleware(HttpMiddleware):
         super().__init__(app)
         self.metrics = metrics
         self.inflight = inflight
+        # (endpoint, status) -> its counter and histogram children: `labels()` locks and builds a key per call
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -85,9 +88,18 @@ class RequestMetricsMiddleware(HttpMiddleware):
             if inference:
                 self.inflight.count -= 1
                 self.metrics.inflight.dec()
-            labels = (endpoint, str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.request_duration.labels(*labels).observe(time.perf_counter() - started)
+            count, duration = self._children_of(endpoint, str(status))
+            count.inc()
+            duration.observe(time.perf_counter() - started)
+
+    def _children_of(self, endpoint: str, status: str) -> tuple[Any, Any]:
+        key = (endpoint, status)  # endpoint labels are a bounded set (endpoint_label), and so are statuses
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.metrics.requests.labels(*key), self.metrics.request_duration.labels(*key)
+            )
+        return children
 
 
 class BodyLimitMiddleware(HttpMiddleware):

@@ -7,8 +7,8 @@ of a stream) and `x-total-time`, in milliseconds."""
 
 from __future__ import annotations
 
+import random
 import re
-import secrets
 import time
 
 from starlette.types import Message, Receive, Scope, Send
@@ -17,6 +17,13 @@ from service.api.asgi import HttpMiddleware
 from service.request_context import REQUEST_ID, TIMING, RequestTiming, new_timing
 
 _SANE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+
+
+def new_request_id() -> str:
+    """32 hex digits. An id names a request in logs and headers and guards nothing, so it needs no
+    cryptographic source: os.urandom (secrets) is a system call that took ~8% of the event loop's time
+    per classify request; the Mersenne Twister makes 128 bits in a fraction of that."""
+    return f"{random.getrandbits(128):032x}"
 
 
 def _ms(seconds: float) -> bytes:
@@ -33,7 +40,7 @@ def timing_headers(timing: RequestTiming, now: float) -> list[tuple[bytes, bytes
 class RequestContextMiddleware(HttpMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
-        request_id = given if _SANE_ID.fullmatch(given) else secrets.token_hex(16)  # uuid4().hex costs 10x more
+        request_id = given if _SANE_ID.fullmatch(given) else new_request_id()
         timing = new_timing()
         id_token, timing_token = REQUEST_ID.set(request_id), TIMING.set(timing)
 

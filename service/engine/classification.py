@@ -71,13 +71,17 @@ class ClassificationModel:
         self.attention_names = names if all(session.has_output(n) for n in names) else []
 
     def prefill(self, sequences: list[ClassificationSequence]) -> tuple[list[Emit], None]:
-        outputs = self.run_batch([s.item for s in sequences])
+        # Several requests in one run: their siblings keep the event loop busy, so leave it a core.
+        busy = len({id(s.handle) for s in sequences}) > 1
+        outputs = self.run_batch([s.item for s in sequences], busy)
         return [
             Emit(s, self.result(s.item, probs, maps, s.top_k), final=True)
             for s, (probs, maps) in zip(sequences, outputs, strict=True)
         ], None
 
-    def run_batch(self, items: list[ClassifyItem]) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
+    def run_batch(
+        self, items: list[ClassifyItem], busy: bool = False
+    ) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
         """Label probabilities (and attention maps, where asked) for a right-padded batch."""
         B, S = len(items), max(len(item.ids) for item in items)
         ids = np.full((B, S), self.pad, dtype=np.int64)
@@ -90,6 +94,7 @@ class ClassificationModel:
         out = self.session.run(
             {"input_ids": ids, "token_type_ids": types, "attention_mask": mask},
             ["logits", *(self.attention_names if want else [])],
+            busy=busy,
         )
         logits = np.asarray(out["logits"], dtype=np.float64)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))

@@ -63,6 +63,7 @@ class Engine:
             inter_op_threads=self.settings.inter_op_threads,
             quantization=self.settings.quantization,
             io_binding=self.settings.io_binding,
+            busy_intra_op_threads=self.settings.busy_intra_op_threads,
         )
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import (
     GC_COLLECTOR,
     CollectorRegistry,
@@ -74,3 +77,34 @@ class Metrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         r.register(GC_COLLECTOR)
+
+
+@dataclass(frozen=True)
+class ModelMetrics:
+    """One model's children of the per-model metrics, looked up once: `labels()` takes a lock and builds a
+    key on every call, and the scheduler's worker updates these several times a step (at one text at a
+    time they took about a fifth as long as the model run)."""
+
+    queue_depth: Any
+    running: Any
+    running_rows: Any
+    queue_time: Any
+    e2e_latency: Any
+    prefill_batch: Any
+    decode_batch: Any
+    cancelled: Any
+    queue_full: Any
+
+    @classmethod
+    def of(cls, metrics: Metrics, model: str) -> ModelMetrics:
+        return cls(
+            queue_depth=metrics.queue_depth.labels(model),
+            running=metrics.running.labels(model),
+            running_rows=metrics.running_rows.labels(model),
+            queue_time=metrics.queue_time.labels(model),
+            e2e_latency=metrics.e2e_latency.labels(model),
+            prefill_batch=metrics.batch_size.labels(model, "prefill"),
+            decode_batch=metrics.batch_size.labels(model, "decode"),
+            cancelled=metrics.cancelled.labels(model),
+            queue_full=metrics.rejected.labels(model, "queue_full"),
+        )

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, Unavailable
 from service.engine.handle import Handle
-from service.engine.metrics import Metrics
+from service.engine.metrics import Metrics, ModelMetrics
 from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, Sequence, SeqT
 from service.settings import Settings
 
@@ -72,6 +72,7 @@ class Scheduler(Generic[SeqT]):
         self.max_queue_size = max_queue_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
+        self.model_metrics = ModelMetrics.of(metrics, name)
         # While a batch decodes, newcomers' prompts go in chunks of chunk_tokens padded tokens, one per step
         # (a model that can, with a budget > 0).
         self._chunked = model if prefill_chunk_tokens > 0 and isinstance(model, ChunkedPrefillModel) else None
@@ -150,7 +151,7 @@ class Scheduler(Generic[SeqT]):
             if self._stopping:
                 raise Unavailable(f"{self.name}: the model is stopped")
             if len(self._waiting) + len(sequences) > self.max_queue_size:
-                self.metrics.rejected.labels(self.name, "queue_full").inc()
+                self.model_metrics.queue_full.inc()
                 waiting = len(self._waiting)
                 raise QueueFull(f"{self.name}: queue is full ({waiting} waiting, limit {self.max_queue_size})")
             now = time.perf_counter()
@@ -171,7 +172,7 @@ class Scheduler(Generic[SeqT]):
             dropped = len(self._waiting) - len(kept)
             if dropped:
                 self._waiting = deque(kept)
-                self.metrics.cancelled.labels(self.name).inc(dropped)
+                self.model_metrics.cancelled.inc(dropped)
         self._set_gauges()
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
@@ -194,7 +195,7 @@ class Scheduler(Generic[SeqT]):
                 continue
             if emit.final:
                 seq.done = True
-                self.metrics.e2e_latency.labels(self.name).observe(now - seq.enqueued)
+                self.model_metrics.e2e_latency.observe(now - seq.enqueued)
             seq.handle.put(seq.index, emit.event, emit.final)
         for sequences, error in failures:
             for seq in sequences:
@@ -226,7 +227,7 @@ class Scheduler(Generic[SeqT]):
                 except BaseException as exc:
                     future.set_exception(exc)
         if newcomers and self._batch is not None and self._chunked is not None:
-            self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
+            self.model_metrics.prefill_batch.observe(sum(s.rows for s in newcomers))
             self._prompts = self._chunked.start_prefill(newcomers)
         elif newcomers:
             failures: list[Failed] = []
@@ -285,7 +286,7 @@ class Scheduler(Generic[SeqT]):
             self._waiting.popleft()
             longest = max(longest, seq.prefill_tokens)
             free -= seq.rows
-            self.metrics.queue_time.labels(self.name).observe(now - seq.enqueued)
+            self.model_metrics.queue_time.observe(now - seq.enqueued)
             seq.admitted = now
             if seq.timing is not None:
                 seq.timing.admit(seq.enqueued, now)
@@ -296,7 +297,7 @@ class Scheduler(Generic[SeqT]):
         """Prefill the newcomers and join them to the batch. A failed prefill leaves the running batch
         untouched (concatenate builds a new one); with several newcomers each is retried alone, so only
         the request at fault fails."""
-        self.metrics.batch_size.labels(self.name, "prefill").observe(sum(s.rows for s in newcomers))
+        self.model_metrics.prefill_batch.observe(sum(s.rows for s in newcomers))
         try:
             emits, batch = self.model.prefill(newcomers)
             self._join(batch)
@@ -338,7 +339,7 @@ class Scheduler(Generic[SeqT]):
         """One step; the batch is replaced by what is left of it: unfinished and not cancelled."""
         batch = self._batch
         assert batch is not None
-        self.metrics.batch_size.labels(self.name, "decode").observe(batch.rows)
+        self.model_metrics.decode_batch.observe(batch.rows)
         try:
             emits = batch.step()
         except Exception as exc:  # every sequence of a failed batch gets the error
@@ -346,7 +347,7 @@ class Scheduler(Generic[SeqT]):
             return [], [(list(batch.sequences), self._engine_error(exc, batch.sequences))]
         alive = [s for s in batch.sequences if not s.cancelled]
         if len(alive) < len(batch.sequences):
-            self.metrics.cancelled.labels(self.name).inc(len(batch.sequences) - len(alive))
+            self.model_metrics.cancelled.inc(len(batch.sequences) - len(alive))
         self._batch = (batch if len(alive) == len(batch.sequences) else batch.filter(alive)) if alive else None
         return emits, []
 
@@ -365,7 +366,7 @@ class Scheduler(Generic[SeqT]):
                 pass
 
     def _set_gauges(self) -> None:
-        self.metrics.queue_depth.labels(self.name).set(len(self._waiting))
+        self.model_metrics.queue_depth.set(len(self._waiting))
         inflight = list(self._inflight)
-        self.metrics.running.labels(self.name).set(len(inflight))
-        self.metrics.running_rows.labels(self.name).set(sum(s.rows for s in inflight))
+        self.model_metrics.running.set(len(inflight))
+        self.model_metrics.running_rows.set(sum(s.rows for s in inflight))

@@ -29,3 +29,21 @@ async def test_pairs_use_segment_ids(served) -> None:
     clf = served.engine.classifier
     (item,) = clf.tokenize([("a b", "c")], ["text"], attention=False)
     assert item.type_ids[-1] == 1 and item.type_ids[0] == 0
+
+
+async def test_a_run_for_several_requests_uses_the_busy_session(serving, monkeypatch) -> None:
+    """One request (any number of texts) gets every intra-op thread; a batch of several requests the busy
+    session, which leaves the event loop a core."""
+    async with serving(intra_op_threads=2, max_batch_size=8, max_wait_ms=200) as s:
+        clf = s.engine.classifier
+        assert clf.model.session.busy_session is not None
+        runs: list[bool] = []
+        run = clf.model.session.run
+        monkeypatch.setattr(clf.model.session, "run", lambda *a, busy=False, **k: runs.append(busy) or run(*a, busy=busy, **k))
+        alone = await clf.submit(ClassificationJob(INPUTS, [f"text[{i}]" for i in range(len(INPUTS))])).results()
+        with clf.scheduler._cond:  # the worker takes neither before both are queued (an RLock: submit re-enters)
+            handles = [clf.submit(ClassificationJob([x], ["text"])) for x in INPUTS[:2]]
+        together = [await h.result() for h in handles]
+    assert runs == [False, True]
+    for one, other in zip(alone[:2], together, strict=True):
+        np.testing.assert_allclose(list(one.scores.values()), list(other.scores.values()), atol=1e-5)

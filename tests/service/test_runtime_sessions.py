@@ -78,3 +78,33 @@ def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> Non
     assert {role: spins(s) for role, s in translator.items()} == {"encoder": False, "decoder": True}
     (classifier,) = artifact_sessions("classifier", load_artifact(tiny_artifacts / "classifier").graphs, options).values()
     assert spins(classifier)
+
+
+@pytest.mark.parametrize(
+    ("threads", "busy", "expected"),
+    [(2, None, 1), (4, None, 3), (1, None, None), (4, 2, 2), (2, 2, None), (2, 3, None)],
+)
+def test_busy_threads_leave_the_event_loop_a_core(threads: int, busy: int | None, expected: int | None) -> None:
+    options = RuntimeOptions(intra_op_threads=threads, busy_intra_op_threads=busy)
+    assert options.busy_threads() == expected
+
+
+def test_only_a_one_step_model_gets_a_busy_session(tiny_artifacts: Path) -> None:
+    options = RuntimeOptions(device="cpu", intra_op_threads=2)
+    classifier = artifact_sessions("classifier", load_artifact(tiny_artifacts / "classifier").graphs, options)
+    translator = artifact_sessions("translator", load_artifact(tiny_artifacts / "translator").graphs, options)
+    assert classifier["encoder"].busy_session is not None
+    assert all(s.busy_session is None for s in translator.values())
+    one_thread = artifact_sessions(
+        "classifier", load_artifact(tiny_artifacts / "classifier").graphs, RuntimeOptions(device="cpu", intra_op_threads=1)
+    )
+    assert one_thread["encoder"].busy_session is None  # nothing to leave: no second session
+
+
+def test_busy_session_computes_the_same_logits(tiny_artifacts: Path) -> None:
+    session = GraphSession("classifier", load_artifact(tiny_artifacts / "classifier").graphs["encoder"],
+                           RuntimeOptions(device="cpu", intra_op_threads=2), busy_session=True)
+    ids = np.array([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]])
+    feeds = {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": (ids > 0).astype(np.int64)}
+    wide, busy = (session.run(feeds, ["logits"], busy=b)["logits"] for b in (False, True))
+    np.testing.assert_allclose(wide, busy, atol=1e-6)
