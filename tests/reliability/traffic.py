@@ -133,7 +133,7 @@ async def overload(target: Target, seconds: float = 6.0, factor: int = 10) -> Ou
     """`factor` x capacity (batch rows + queue slots) clients, each sending generations back to back."""
     out = Outcome("overload")
     queue_limit = int(target.setting("SERVE_MAX_QUEUE_SIZE", "256"))
-    capacity = int(target.setting("SERVE_MAX_BATCH_SIZE", "32")) + queue_limit
+    capacity = int(target.setting("SERVE_MAX_BATCH_SIZE", "64")) + queue_limit
     clients = factor * capacity
     statuses: dict[int, int] = {}
     missing_retry_after = 0
