@@ -227,6 +227,15 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cpu_model() -> str:
+    """The processor's name (the ratios move with it: CTranslate2's int8 kernels, for one, differ by vendor)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", type=Path, default=REPO / "artifacts", help="the dims (and tokenizers) to use")
@@ -240,7 +249,16 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face eager")
     parser.add_argument("--prepare-only", action="store_true", help="build and convert the models, then stop")
     parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "anchor.json")
+    parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of both our servers (max_batch_size=64, busy_intra_op_threads=2: the "
+                             "SERVE_ variable without its prefix, any case); repeat for more. For A/B runs of a setting")
     args = parser.parse_args()
+    if bad := [k for k in args.server_setting if "=" not in k]:
+        parser.error(f"--server-setting needs NAME=VALUE, not {bad}")
+    extra = {name.lower().removeprefix("serve_"): value
+             for name, value in (item.split("=", 1) for item in args.server_setting)}
+    if "quantization" in extra:
+        parser.error("the anchor runs a float32 and an int8 server itself: no --server-setting quantization")
     asked = {r for r in args.rows.split(",") if r}
     if unknown := asked - set(ROWS):
         parser.error(f"unknown rows {sorted(unknown)}")
@@ -268,6 +286,7 @@ def main() -> None:
     workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
                if (e, p) != ("hf", "generator-int8")}  # no int8 HF row
     settings = {"models": ",".join(KINDS), "max_new_tokens": max(args.new_tokens, args.target_tokens, 256)}
+    settings |= extra
     servers = {"float32": Server(served, args.threads, **settings),  # all four start side by side
                "int8": Server(served, args.threads, quantization="int8", **settings)}
     try:
@@ -287,7 +306,8 @@ def main() -> None:
     summary = summarize(rounds, rows, shapes)
     result = {
         "command": " ".join(["python -m scripts.bench_anchor", *sys.argv[1:]]),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
+                    "python": platform.python_version()},
         "versions": versions(),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "served": str(served),
