@@ -228,12 +228,19 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def cpu_model() -> str:
-    """The processor's name (the ratios move with it: CTranslate2's int8 kernels, for one, differ by vendor)."""
+    """The processor, as far as the machine tells: its name, family and model, and its widest vector
+    extension (the ratios move with it: a virtual machine may say only "AMD EPYC", and CTranslate2's int8
+    kernels ran slower than its float32 ones on one such machine and faster on another)."""
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    first = dict(line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line)
+    field = {k.strip(): v.strip() for k, v in first.items()}
+    flags = set(field.get("flags", "").split())
+    vectors = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "none")
+    return (f"{field.get('model name', platform.processor())} (family {field.get('cpu family', '?')}, "
+            f"model {field.get('model', '?')}, {vectors})")
 
 
 def main() -> None:
