@@ -198,6 +198,9 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
             "workload": workload, "unit": unit, "concurrency": concurrency,
             **{e: med([p[e] for p in per], 1) for e in ("ours", "engine", "ct2", "hf")},
             **{k: med([p[k] for p in per], 3) for k in ("ours_per_ct2", "ours_per_hf", "engine_per_ct2")},
+            # The spread of the per-round ratio: how far one round's ratio can be from the median here.
+            "ours_per_ct2_range": [round(min(p["ours_per_ct2"] for p in per), 3),
+                                   round(max(p["ours_per_ct2"] for p in per), 3)],
             "output_tokens": lengths,
             "other_cores_max": max(p["other_cores"] for p in per),
             "equal_lengths": len({json.dumps(v) for v in lengths.values() if v is not None}) == 1,
@@ -212,16 +215,18 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | ours / HF | our engine in process "
-             "/ CT2 | lengths equal | other cores |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | its rounds | ours / HF | "
+             "our engine in process / CT2 | lengths equal | other cores |", "|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in summary.items():
         if key.startswith("inter_token"):
-            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | p99/p50 {r['p99_per_p50']} | |")
+            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | | "
+                         f"p99/p50 {r['p99_per_p50']} | |")
             continue
         fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
         ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         lines.append(f"| {r['workload']} | {fmt(r['ours'])} {r['unit']} | {fmt(r['ct2'])} | {fmt(r['hf'])} | "
-                     f"{ratio(r['ours_per_ct2'])} | {ratio(r['ours_per_hf'])} | {ratio(r['engine_per_ct2'])} | "
+                     f"{ratio(r['ours_per_ct2'])} | {'-'.join(ratio(v) for v in r['ours_per_ct2_range'])} | "
+                     f"{ratio(r['ours_per_hf'])} | {ratio(r['engine_per_ct2'])} | "
                      f"{'yes' if r['equal_lengths'] else 'NO'} | "
                      f"{r['other_cores_max']} |")
     return "\n".join(lines)

@@ -55,6 +55,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     # Ratios are taken within each round, then the median: two rounds -> the mean of the two.
     per_round = [r["classifier_c32"]["ours_per_ct2"] for r in result["rounds"]]
     assert abs(rows["classifier_c32"]["ours_per_ct2"] - round(sum(per_round) / 2, 3)) < 1e-3
+    assert rows["classifier_c32"]["ours_per_ct2_range"] == [round(min(per_round), 3), round(max(per_round), 3)]
     assert "| ours / CT2 |" in stdout and "| our engine in process / CT2 |" in stdout
 
 
