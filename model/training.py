@@ -71,9 +71,13 @@ class TrainState:
     segments: list[dict[str, Any]] = field(default_factory=list)
 
 
-def learning_rate(settings: TrainSettings, step: int, segment_s: float, segment_step: int = 0) -> float:
-    """The rate for ``step`` (total) at ``segment_s`` seconds / ``segment_step`` steps into this segment."""
-    warmup = min(1.0, (step + 1) / settings.warmup_steps)
+def learning_rate(
+    settings: TrainSettings, step: int, segment_s: float, segment_step: int = 0, warm_from: int = 0
+) -> float:
+    """The rate for ``step`` (total) at ``segment_s`` seconds / ``segment_step`` steps into this segment.
+    The warm-up counts from ``warm_from``: step 0, or the first step of a segment whose optimizer starts
+    fresh (resumed weights without their Adam moments)."""
+    warmup = min(1.0, (step - warm_from + 1) / settings.warmup_steps)
     if settings.schedule == "wsd":
         return settings.lr * warmup
     progress = segment_s / (settings.minutes * 60)  # whichever budget ends first
@@ -167,11 +171,13 @@ def train(
     model.to(settings.device)
     optimizer = make_optimizer(model, settings)
     state = start or TrainState()
+    fresh_optimizer = True
     if resume and (run_dir / "resume.pt").exists():
         load_weights(model, run_dir / "last.safetensors")
         saved = torch.load(run_dir / "resume.pt", weights_only=False)
         if saved["optimizer"] is not None:  # None: weights brought back from another machine (scripts/gpu_train.py)
             optimizer.load_state_dict(saved["optimizer"])
+            fresh_optimizer = False
         state = TrainState(**saved["state"])
         origin = origin or f"resumed {run_dir}"
         log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)
@@ -190,11 +196,14 @@ def train(
     running, running_n = 0.0, 0
     clock = training_clock(settings.device)
     segment_start, first_step, first_items = clock(), state.step, state.items_seen
+    # A fresh optimizer (a packed or recovered run) warms the rate up again: at the full stable rate its
+    # first updates bumped the translator's validation loss 2.542 -> 2.671 (session 8).
+    warm_from = first_step if fresh_optimizer else 0
     total_before = state.elapsed_s
     bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
     segment_s = 0.0
     while segment_s < budget_s and state.step < settings.max_steps:
-        lr = learning_rate(settings, state.step, segment_s, state.step - first_step)
+        lr = learning_rate(settings, state.step, segment_s, state.step - first_step, warm_from)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss, n_items = task.loss(model, next(batches))

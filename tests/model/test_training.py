@@ -27,6 +27,21 @@ def test_wsd_rate_warms_up_then_stays_constant() -> None:
     assert learning_rate(s, 10_000, 3600.0) == pytest.approx(1e-3)
 
 
+def test_a_fresh_optimizer_warms_the_rate_up_again_and_a_resumed_one_does_not(tmp_path: Path) -> None:
+    s = TrainSettings(lr=1e-3, warmup_steps=10, schedule="wsd", minutes=1)
+    assert learning_rate(s, 5000, 0.0, warm_from=5000) == pytest.approx(1e-4)  # counted from the segment's start
+    assert learning_rate(s, 5009, 1.0, warm_from=5000) == pytest.approx(1e-3)
+    settings = TrainSettings(lr=1e-2, warmup_steps=4, schedule="wsd", max_steps=8, eval_every=1)
+    train(Linear(), CountingTask(), tmp_path / "run", settings)
+    settings.max_steps = 10
+    resumed = train(Linear(), CountingTask(), tmp_path / "run", settings)  # optimizer state kept: full rate
+    assert [h["lr"] for h in resumed.history[-2:]] == pytest.approx([1e-2, 1e-2])
+    carried = TrainState(step=100, elapsed_s=60.0)  # weights from elsewhere (an artifact): a fresh optimizer
+    settings.max_steps = 102
+    fresh = train(Linear(), CountingTask(), tmp_path / "fresh", settings, start=carried, origin="an artifact")
+    assert [h["lr"] for h in fresh.history[-2:]] == pytest.approx([2.5e-3, 5e-3])
+
+
 def test_cooldown_decays_from_the_stable_rate_to_zero_with_1_minus_sqrt_shape() -> None:
     s = TrainSettings(lr=1e-3, warmup_steps=10, schedule="cooldown", minutes=10)
     assert learning_rate(s, 5000, 0.0) == pytest.approx(1e-3)  # no second warm-up
