@@ -240,7 +240,8 @@ def cpu_model() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor()
-    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.split("\n\n", 1)[0].splitlines())}
+    first = text.split("\n\n", 1)[0].splitlines()  # the first processor's block
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first)}
     flags = set(field.get("flags", "").split())
     vectors = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "none")
     return (f"{field.get('model name', platform.processor())} (family {field.get('cpu family', '?')}, "
