@@ -248,6 +248,12 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def client_cpu_seconds() -> float:
     usage = os.times()
     return usage.user + usage.system
@@ -305,8 +311,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the server has used so far: cores busy = its growth / wall time."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def __exit__(self, *exc: object) -> None:
         self.proc.send_signal(signal.SIGTERM)

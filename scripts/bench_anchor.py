@@ -12,6 +12,10 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
     BERT (classifier), eager PyTorch with torch.set_num_threads(--threads);
   - CTranslate2 on those models converted by its TransformersConverter, float32 and int8, intra_threads=--threads
     (the BERT conversion stops at the pooler: the 2-label head runs in numpy).
+  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work, driven
+    by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
+    fast as CTranslate2 behind a server that costs nothing beyond uvicorn and the load generator on these
+    cores. A target above it cannot be met on this machine by any server behind uvicorn.
 Every engine decodes greedily or with the same beams, with lengths forced (ignore_eos; min = max length).
 Each round measures every row on every engine back to back; a ratio is ours / theirs within a round, and the
 table shows medians over the rounds. Batch engines get the concurrent requests as one batch (16 or 32).
@@ -38,7 +42,9 @@ import numpy as np
 
 from scripts.anchor_engines import (KINDS, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims, export_random,
                                     shape_options)
-from scripts.bench import REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, machine_cpu_seconds
+from scripts.bench import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
+                           machine_cpu_seconds, process_cpu_seconds)
+from scripts.http_floor import FloorServer
 
 ROWS: dict[str, tuple[str, str, int, int]] = {
     "generator_c16": ("generator, 16 concurrent requests", "tok/s", 16, 48),
@@ -47,7 +53,7 @@ ROWS: dict[str, tuple[str, str, int, int]] = {
     "translator_beam4_c16": ("translator, 16 concurrent, beam 4", "tok/s", 16, 32),
     "translator_greedy_c16": ("translator, 16 concurrent, greedy", "tok/s", 16, 48),
     "classifier_c32": ("classifier, 32 concurrent single texts", "seq/s", 32, 128),
-    "classifier_c1": ("classifier, one text at a time", "seq/s", 1, 32),
+    "classifier_c1": ("classifier, one text at a time", "seq/s", 1, 128),
     "generator_int8_c16": ("int8 generator, 16 concurrent (vs CT2 int8)", "tok/s", 16, 48),
 }
 
@@ -132,8 +138,7 @@ class Worker:
         return out["value"], out["lengths"]
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -141,14 +146,15 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[str, str], Worker], scale: float,
-                  rows: list[str]) -> dict[str, Any]:
+def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, workers: dict[tuple[str, str], Worker],
+                  scale: float, rows: list[str]) -> dict[str, Any]:
     clients = {"generator_c16": ours.generate(False), "generator_c16_stream": ours.generate(True),
                "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
                "translator_greedy_c16": ours.translate(1), "classifier_c32": ours.classify,
                "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False)}
     def ours_cpu() -> float:
-        return client_cpu_seconds() + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()])
+        return (client_cpu_seconds() + process_cpu_seconds(floor.proc.pid)
+                + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()]))
 
     out: dict[str, Any] = {}
     for key in rows:
@@ -162,6 +168,9 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[st
         if key == "generator_c16_stream":  # the other engines' numbers are those of generator_c16
             gaps = np.concatenate([np.zeros(0), *map(np.asarray, ours.gaps)]) * 1000
             out["inter_token_ms"] = {"p50": float(np.percentile(gaps, 50)), "p99": float(np.percentile(gaps, 99))}
+        time.sleep(0.1)
+        # The same requests, 10 times as many: the floor answers them 5-100 times faster than a model does.
+        row["floor"], _ = over_http(floor.url, ours, clients[key], concurrency, 10 * requests)
         for name in ("engine", "ct2", "hf"):
             if key == "generator_c16_stream":
                 row[name], row["lengths"][name] = out["generator_c16"][name], out["generator_c16"]["lengths"][name]
@@ -172,6 +181,9 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[st
             else:
                 row[name] = row["lengths"][name] = None
         row["ours_per_ct2"] = row["ours"] / row["ct2"]
+        # An engine as fast as CTranslate2 behind a server that costs what the floor does: on the same cores
+        # their times per unit add up (one request at a time, or all cores busy), 1 / (1 / ct2 + 1 / floor).
+        row["ceiling_per_ct2"] = row["floor"] / (row["ct2"] + row["floor"])
         row["engine_per_ct2"] = row["engine"] / row["ct2"] if row["engine"] else None
         row["ours_per_hf"] = row["ours"] / row["hf"] if row["hf"] else None
         wall, machine, mine = (a - b for a, b in zip((time.perf_counter(), machine_cpu_seconds(), ours_cpu()), before))
@@ -179,7 +191,7 @@ def measure_round(servers: dict[str, Server], ours: Ours, workers: dict[tuple[st
         print(f"  {key:<24} ours {row['ours']:>9.1f}  engine {row['engine'] or float('nan'):>9.1f}  "
               f"ct2 {row['ct2'] or float('nan'):>9.1f}  "
               f"hf {row['hf'] or float('nan'):>9.1f}  ours/ct2 {row['ours_per_ct2']:.2f}  "
-              f"other cores {row['other_cores']}", flush=True)
+              f"ceiling {row['ceiling_per_ct2']:.2f}  other cores {row['other_cores']}", flush=True)
         out[key] = row
         time.sleep(0.1)
     return out
@@ -196,8 +208,9 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
         lengths = per[-1]["lengths"]
         out[key] = {
             "workload": workload, "unit": unit, "concurrency": concurrency,
-            **{e: med([p[e] for p in per], 1) for e in ("ours", "engine", "ct2", "hf")},
-            **{k: med([p[k] for p in per], 3) for k in ("ours_per_ct2", "ours_per_hf", "engine_per_ct2")},
+            **{e: med([p[e] for p in per], 1) for e in ("ours", "engine", "ct2", "hf", "floor")},
+            **{k: med([p[k] for p in per], 3)
+               for k in ("ours_per_ct2", "ours_per_hf", "engine_per_ct2", "ceiling_per_ct2")},
             # The spread of the per-round ratio: how far one round's ratio can be from the median here.
             "ours_per_ct2_range": [round(min(p["ours_per_ct2"] for p in per), 3),
                                    round(max(p["ours_per_ct2"] for p in per), 3)],
@@ -215,17 +228,19 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | its rounds | ours / HF | "
-             "our engine in process / CT2 | lengths equal | other cores |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | ours, through HTTP | CTranslate2 | HF eager | ours / CT2 | its rounds | "
+             "ceiling over HTTP / CT2 | ours / HF | our engine in process / CT2 | lengths equal | other cores |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in summary.items():
         if key.startswith("inter_token"):
-            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | | "
+            lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | | | "
                          f"p99/p50 {r['p99_per_p50']} | |")
             continue
         fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
         ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         lines.append(f"| {r['workload']} | {fmt(r['ours'])} {r['unit']} | {fmt(r['ct2'])} | {fmt(r['hf'])} | "
                      f"{ratio(r['ours_per_ct2'])} | {'-'.join(ratio(v) for v in r['ours_per_ct2_range'])} | "
+                     f"{ratio(r['ceiling_per_ct2'])} | "
                      f"{ratio(r['ours_per_hf'])} | {ratio(r['engine_per_ct2'])} | "
                      f"{'yes' if r['equal_lengths'] else 'NO'} | "
                      f"{r['other_cores_max']} |")
@@ -301,18 +316,19 @@ def main() -> None:
     settings |= extra
     servers = {"float32": Server(served, args.threads, **settings),  # all four start side by side
                "int8": Server(served, args.threads, quantization="int8", **settings)}
+    floor = FloorServer(free_port())
     try:
-        with servers["float32"], servers["int8"]:
+        with servers["float32"], servers["int8"], floor:
             for worker in workers.values():
                 worker.ask({})  # its "ready" line
             rounds = []
             for i in range(args.rounds):
                 print(f"round {i + 1} of {args.rounds}", flush=True)
-                rounds.append(measure_round(servers, ours, workers, args.scale, rows))
-    finally:  # a server that failed to start leaves the other one running otherwise
-        for server in servers.values():
-            if server.proc.poll() is None:
-                server.proc.kill()
+                rounds.append(measure_round(servers, floor, ours, workers, args.scale, rows))
+    finally:  # a server that failed to start leaves the others running otherwise
+        for proc in [*(server.proc for server in servers.values()), floor.proc]:
+            if proc.poll() is None:
+                proc.kill()
     for worker in workers.values():
         worker.close()
     summary = summarize(rounds, rows, shapes)

@@ -5,6 +5,7 @@ ctranslate2 comes with the dev extra (through the bench extra), so this runs in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -47,6 +48,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
         else:
             assert row["hf"] > 0 and row["ours_per_hf"] > 0, (key, row)
         assert row["equal_lengths"], (key, row["output_tokens"])  # every engine decoded the same lengths
+        assert row["floor"] > row["ours"] and 0 < row["ceiling_per_ct2"] < 1, (key, row)  # the no-work server
     assert rows["generator_c16"]["output_tokens"]["ours"] == rows["generator_c16"]["output_tokens"]["engine"] == [5]
     assert rows["translator_beam4_c16"]["output_tokens"]["ct2"] == [4]
     itl = rows["inter_token_latency_c16"]
@@ -56,7 +58,34 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     per_round = [r["classifier_c32"]["ours_per_ct2"] for r in result["rounds"]]
     assert abs(rows["classifier_c32"]["ours_per_ct2"] - round(sum(per_round) / 2, 3)) < 1e-3
     assert rows["classifier_c32"]["ours_per_ct2_range"] == [round(min(per_round), 3), round(max(per_round), 3)]
+    first = result["rounds"][0]["classifier_c1"]
+    assert first["ceiling_per_ct2"] == first["floor"] / (first["ct2"] + first["floor"])
     assert "| ours / CT2 |" in stdout and "| our engine in process / CT2 |" in stdout
+    assert "| ceiling over HTTP / CT2 |" in stdout
+
+
+def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> None:
+    """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`."""
+    from scripts.bench import Connection, free_port
+    from scripts.http_floor import FloorServer
+
+    async def ask() -> list[tuple[int, bytes, int]]:
+        conn = Connection("127.0.0.1", floor.port)
+        prompt = {"prompt": [5, 6], "max_new_tokens": 7, "ignore_eos": True}
+        answers = [(await conn.post("/v1/generate", prompt | {"stream": stream}))[:3] for stream in (True, False)]
+        answers.append((await conn.post("/v1/translate", {"text": "Hi.", "max_new_tokens": 4}))[:3])
+        answers.append((await conn.post("/v1/classify", {"text": "Hi."}))[:3])
+        answers.append((await conn.post("/v1/nothing", {}))[:3])
+        conn.close()
+        return answers
+
+    with FloorServer(free_port()) as floor:
+        streamed, plain, translated, classified, unknown = asyncio.run(ask())
+    assert streamed[0] == 200 and streamed[2] == 7 and streamed[1].count(b"event: done") == 1
+    assert json.loads(plain[1])["usage"]["completion_tokens"] == 7
+    assert json.loads(translated[1])["translations"][0]["output_tokens"] == 4
+    assert classified[0] == 200 and json.loads(classified[1])["results"][0]["label"]
+    assert unknown[0] == 404
 
 
 def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any], str, Path]) -> None:
