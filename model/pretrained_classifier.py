@@ -77,7 +77,7 @@ def finetune(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: P
     from model.training import TrainSettings, load_weights, train
 
     task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
-                        batch_size=recipe.batch_size, max_len=recipe.max_len, seed=recipe.seed)
+                        batch_size=recipe.batch_size, max_len=recipe.max_len)
     steps = recipe.epochs * task.steps_per_epoch()
     settings = TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr,
                              warmup_steps=max(1, int(recipe.warmup_share * steps)),

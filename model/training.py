@@ -51,7 +51,8 @@ class TrainSettings:
 class Task(Protocol):
     """What the loop needs from a model-specific task."""
 
-    def train_batches(self) -> Iterator[Any]: ...
+    def train_batches(self, seed: int) -> Iterator[Any]:
+        """The training batches, in an order drawn from ``seed`` (and only from it)."""
 
     def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
         """Mean loss of the batch and the number of items (tokens/examples) it covers."""
@@ -191,7 +192,10 @@ def train(
     state.segments.append(segment)
 
     model.train()
-    batches = task.train_batches()
+    # Each segment draws its own order: with one seed for all, every resumed segment replayed the batches
+    # the earlier ones began with (session 9: the translator's validation loss 2.515 -> 2.603 in the first
+    # 200 steps of a resumed segment, its training loss 2.96 -> 2.63 on batches it had seen ten times).
+    batches = task.train_batches(settings.seed + len(state.segments) - 1)
     budget_s = settings.minutes * 60
     running, running_n = 0.0, 0
     clock = training_clock(settings.device)

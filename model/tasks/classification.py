@@ -90,8 +90,6 @@ class PretrainTask:
                  batch_size: int = 32, seed: int = 0, n_valid_docs: int = 400, whole_words: bool = True) -> None:
         self.tokenizer, self.special, self.batch_size = tokenizer, special, batch_size
         self.vocab_size = tokenizer.get_vocab_size()
-        self.rng = random.Random(seed)
-        self.torch_rng = torch.Generator().manual_seed(seed)
         docs = [d for d in read_documents(pretrain_path) if len(d) >= 2 or len(d[0].split()) >= 2]
         random.Random(seed).shuffle(docs)
         self.valid_docs, self.train_docs = docs[:n_valid_docs], docs[n_valid_docs:]
@@ -114,9 +112,10 @@ class PretrainTask:
                                      word_starts)
         return inputs, types, mask, labels, torch.tensor([label for _, _, label in examples])
 
-    def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
+    def train_batches(self, seed: int) -> Iterator[tuple[Tensor, ...]]:
+        rng, torch_rng = random.Random(seed), torch.Generator().manual_seed(seed)
         while True:
-            yield self.make_batch(self.train_docs, self.rng, self.torch_rng)
+            yield self.make_batch(self.train_docs, rng, torch_rng)
 
     def losses(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
         inputs, types, mask, labels, nsp = on_device(batch, model)
@@ -147,10 +146,9 @@ class FineTuneTask:
     """Sentence classification with a head on the pooled [CLS] state."""
 
     def __init__(self, data_dir: Path, tokenizer: Tokenizer, special: dict[str, int], batch_size: int = 32,
-                 max_len: int = 128, seed: int = 0) -> None:
+                 max_len: int = 128) -> None:
         tokenizer.enable_truncation(max_len)
         self.tokenizer, self.pad_id, self.batch_size = tokenizer, special["pad"], batch_size
-        self.rng = random.Random(seed)
         self.splits = {name: read_labelled(data_dir / f"{name}.jsonl") for name in ("train", "valid", "test")}
 
     def collate(self, rows: list[dict]) -> tuple[Tensor, ...]:
@@ -160,18 +158,19 @@ class FineTuneTask:
     def steps_per_epoch(self) -> int:
         return -(-len(self.splits["train"]) // self.batch_size)
 
-    def train_batches(self, bucket_batches: int = 50) -> Iterator[tuple[Tensor, ...]]:
+    def train_batches(self, seed: int, bucket_batches: int = 50) -> Iterator[tuple[Tensor, ...]]:
         """Shuffled epochs; within each chunk of ``bucket_batches`` batches rows are sorted by length,
         so a batch pads little (compute is the bottleneck on CPU), then the batches are shuffled."""
+        rng = random.Random(seed)
         rows = list(self.splits["train"])
         chunk = self.batch_size * bucket_batches
         while True:
-            self.rng.shuffle(rows)
+            rng.shuffle(rows)
             batches = []
             for c in range(0, len(rows), chunk):
                 by_length = sorted(rows[c : c + chunk], key=lambda r: len(r["text"]))
                 batches += [by_length[i : i + self.batch_size] for i in range(0, len(by_length), self.batch_size)]
-            self.rng.shuffle(batches)
+            rng.shuffle(batches)
             for batch in batches:
                 yield self.collate(batch)
 

@@ -54,7 +54,7 @@ def run_job(job: FinetuneJob) -> dict[str, Any]:
     if result_path.exists():  # finished in an earlier call
         return dict(json.loads(result_path.read_text()))
     tokenizer = Tokenizer.from_file(str(job.run_dir / "tokenizer.json"))
-    task = FineTuneTask(job.data_dir, tokenizer, SPECIAL_TOKENS["classifier"], seed=job.seed)
+    task = FineTuneTask(job.data_dir, tokenizer, SPECIAL_TOKENS["classifier"])  # its order: settings.seed
     torch.manual_seed(job.seed)
     model = Classifier(ClassifierConfig(**{k: v for k, v in job.config.items() if k != "kind"}))
     if job.pretrained is not None:

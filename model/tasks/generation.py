@@ -24,17 +24,17 @@ def load_stream(tokenizer: Tokenizer, path: Path, eos_id: int) -> np.ndarray:
 
 class GenerationTask:
     def __init__(self, data_dir: Path, tokenizer: Tokenizer, eos_id: int, block_size: int = 128,
-                 batch_size: int = 32, seed: int = 0, max_val_windows: int = 64) -> None:
+                 batch_size: int = 32, max_val_windows: int = 64) -> None:
         self.block_size, self.batch_size = block_size, batch_size
-        self.rng = np.random.default_rng(seed)
         self.train = torch.from_numpy(load_stream(tokenizer, data_dir / "train.txt", eos_id))
         valid = torch.from_numpy(load_stream(tokenizer, data_dir / "valid.txt", eos_id))
         n = min(max_val_windows, (len(valid) - 1) // block_size)
         self.valid_windows = valid[: n * block_size + 1].unfold(0, block_size + 1, block_size)  # [n, T+1]
 
-    def train_batches(self) -> Iterator[Tensor]:
+    def train_batches(self, seed: int) -> Iterator[Tensor]:
+        rng = np.random.default_rng(seed)
         while True:
-            starts = self.rng.integers(0, len(self.train) - self.block_size - 1, self.batch_size)
+            starts = rng.integers(0, len(self.train) - self.block_size - 1, self.batch_size)
             yield torch.stack([self.train[s : s + self.block_size + 1] for s in starts])
 
     def loss(self, model: Generator, batch: Tensor) -> tuple[Tensor, int]:

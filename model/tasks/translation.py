@@ -65,10 +65,9 @@ def token_batches(pairs: Pairs, max_tokens: int, rng: random.Random) -> list[lis
 
 class TranslationTask:
     def __init__(self, data_dir: Path, tokenizer: Tokenizer, special: dict[str, int], max_tokens: int = 4096,
-                 label_smoothing: float = 0.1, seed: int = 0) -> None:
+                 label_smoothing: float = 0.1) -> None:
         self.tokenizer, self.special, self.max_tokens = tokenizer, special, max_tokens
         self.label_smoothing = label_smoothing
-        self.rng = random.Random(seed)
         self.train = encode_pairs(tokenizer, read_jsonl(data_dir / "train.jsonl"))
         self.valid = encode_pairs(tokenizer, read_jsonl(data_dir / "valid.jsonl"))
 
@@ -79,10 +78,11 @@ class TranslationTask:
         labels, _ = pad([pairs.tgt[i] + [eos] for i in index], -100)
         return src, src_mask, tgt_in, tgt_mask, labels
 
-    def train_batches(self) -> Iterator[tuple[Tensor, ...]]:
+    def train_batches(self, seed: int) -> Iterator[tuple[Tensor, ...]]:
+        rng = random.Random(seed)
         while True:
-            batches = token_batches(self.train, self.max_tokens, self.rng)
-            self.rng.shuffle(batches)
+            batches = token_batches(self.train, self.max_tokens, rng)
+            rng.shuffle(batches)
             for index in batches:
                 yield self.collate(self.train, index)
 

@@ -65,10 +65,14 @@ class CountingTask:
         torch.manual_seed(0)
         self.x = torch.randn(64, 4)
         self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+        self.seeds: list[int] = []  # train_batches' seed, once per segment
 
-    def train_batches(self):  # type: ignore[no-untyped-def]
+    def train_batches(self, seed):  # type: ignore[no-untyped-def]
+        self.seeds.append(seed)
+        order = torch.Generator().manual_seed(seed)
         while True:
-            yield self.x, self.y
+            rows = torch.randperm(len(self.x), generator=order)
+            yield self.x[rows], self.y[rows]
 
     def loss(self, model, batch):  # type: ignore[no-untyped-def]
         x, y = batch
@@ -88,6 +92,21 @@ class Linear(torch.nn.Linear):
     def __init__(self) -> None:
         super().__init__(4, 1)
         self.config = NoConfig()  # save_checkpoint writes model.config
+
+
+def test_each_segment_draws_its_own_batch_order(tmp_path: Path) -> None:
+    """A resumed segment must not replay the batches the earlier ones began with: one seed each."""
+    settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=4, eval_every=2, seed=7)
+    task = CountingTask()
+    train(Linear(), task, tmp_path / "run", settings)
+    settings.max_steps = 8
+    train(Linear(), task, tmp_path / "run", settings)
+    carried = TrainState(step=100, segments=[{"origin": "earlier"}] * 3)  # three segments before, elsewhere
+    settings.max_steps = 102
+    train(Linear(), task, tmp_path / "fresh", settings, start=carried, origin="an artifact")
+    assert task.seeds == [7, 8, 10]
+    first, second = (next(task.train_batches(seed))[1] for seed in (7, 8))
+    assert not torch.equal(first, second)
 
 
 def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
