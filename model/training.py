@@ -194,14 +194,15 @@ def train(
     model.train()
     # Each segment draws its own order: with one seed for all, every resumed segment replayed the batches
     # the earlier ones began with (session 9: the translator's validation loss 2.515 -> 2.603 in the first
-    # 200 steps of a resumed segment, its training loss 2.96 -> 2.63 on batches it had seen ten times).
+    # 200 steps of a resumed segment, its training loss 2.96 -> 2.63 on batches every segment began with).
     batches = task.train_batches(settings.seed + len(state.segments) - 1)
     budget_s = settings.minutes * 60
     running, running_n = 0.0, 0
     clock = training_clock(settings.device)
     segment_start, first_step, first_items = clock(), state.step, state.items_seen
     # A fresh optimizer (a packed or recovered run) warms the rate up again: at the full stable rate its
-    # first updates bumped the translator's validation loss 2.542 -> 2.671 (session 8).
+    # first updates bumped the translator's validation loss 2.542 -> 2.671 (session 8, in a segment that
+    # also replayed its predecessors' first batches; see the batch order above).
     warm_from = first_step if fresh_optimizer else 0
     total_before = state.elapsed_s
     bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
