@@ -1,11 +1,17 @@
-"""Golden outputs: a fixed input per graph and what ONNX Runtime returned for it at export time.
+"""Golden records: a fixed input per graph and what ONNX Runtime returned for it at export time, the
+graph files' sha256, the tokenizer's ids for sample texts, and config.json's fields that no graph run
+checks (service/runtime/golden.py says what each section catches).
 
-Torch-free on purpose: tests/export re-runs the committed graphs with ONNX Runtime
-alone and compares, so a broken or stale artifact fails CI.
+Torch-free on purpose: tests/export re-runs the committed graphs with ONNX Runtime alone and compares,
+so a broken or stale artifact fails CI, and the server checks the same records at start-up.
+
+    python -m model.golden --add artifacts/translator   # add the tokenizer, config and files sections to
+                                                        # an existing golden.json; its graph outputs stay
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -13,53 +19,27 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from service.contract.names import (
-    ATTENTION_MASK,
-    ATTENTIONS,
-    ENCODER_ATTENTION_MASK,
-    PAST,
-    POSITION_IDS,
-    TOKEN_TYPE_IDS,
+from service.contract.names import ATTENTIONS
+from service.runtime.artifact import TensorSpec, load_artifact
+from service.runtime.golden import (
+    CONFIG,
+    FILES,
+    GOLDEN_FILE,
+    TOKENIZER,
+    record_config,
+    record_files,
+    record_tokenizer,
+    summarize,
 )
+from service.runtime.golden import golden_inputs as _golden_inputs
 
-GOLDEN_FILE = "golden.json"
-BATCH, SEQ, PAST_LEN = 2, 4, 3
+__all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "record_golden", "run_graph", "summarize"]
 
 
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Deterministic inputs for every required graph input, sized from the symbolic shapes in config.json
-    (optional inputs keep their default, so adding one leaves the golden outputs as they were)."""
-    rng = np.random.default_rng(0)
-    sizes = {"batch": BATCH, "seq": SEQ, "src": SEQ + 1, "past": PAST_LEN, "total": PAST_LEN + SEQ}
-    feeds: dict[str, np.ndarray] = {}
-    for spec in graph["inputs"]:
-        name = spec["name"]
-        if "default" in spec:
-            continue
-        shape = [sizes.get(d, d) if isinstance(d, str) else d for d in spec["shape"]]
-        if name in (ATTENTION_MASK, ENCODER_ATTENTION_MASK):
-            feeds[name] = np.ones(shape, dtype=np.int64)
-            feeds[name][1, 0] = 0  # one padded position in the second row
-        elif name == POSITION_IDS:
-            feeds[name] = np.tile(np.arange(shape[1], dtype=np.int64), (shape[0], 1)) + (
-                PAST_LEN if any(i["name"].startswith(f"{PAST}.") for i in graph["inputs"]) else 0
-            )
-        elif name == TOKEN_TYPE_IDS:
-            feeds[name] = np.zeros(shape, dtype=np.int64)
-            feeds[name][:, shape[1] // 2 :] = 1
-        elif spec["dtype"] == "int64":
-            feeds[name] = rng.integers(4, config["vocab_size"], size=shape, dtype=np.int64)
-        else:
-            feeds[name] = rng.standard_normal(shape).astype(np.float32)
-    return _fix_axes(feeds, graph)
-
-
-def _fix_axes(feeds: dict[str, np.ndarray], graph: dict[str, Any]) -> dict[str, np.ndarray]:
-    """attention_mask covers past + new positions in graphs that take a cache."""
-    if f"{PAST}.0.key" in feeds:
-        feeds[ATTENTION_MASK] = np.ones((BATCH, PAST_LEN + SEQ), dtype=np.int64)
-        feeds[ATTENTION_MASK][1, 0] = 0
-    return feeds
+    """The fixed inputs of one graph of config.json (service.runtime.golden.golden_inputs)."""
+    specs = [TensorSpec(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
+    return _golden_inputs(config["vocab_size"], specs)
 
 
 def run_graph(folder: Path, role: str, file_key: str = "file") -> tuple[list[str], list[np.ndarray]]:
@@ -72,15 +52,46 @@ def run_graph(folder: Path, role: str, file_key: str = "file") -> tuple[list[str
     return names, session.run(names, golden_inputs(config, graph))
 
 
-def summarize(array: np.ndarray) -> dict[str, Any]:
-    flat = array.reshape(-1).astype(np.float64)
-    return {"shape": list(array.shape), "head": flat[:8].tolist(), "sum": float(flat.sum()), "abs_sum": float(np.abs(flat).sum())}
+def records(folder: Path) -> dict[str, Any]:
+    """The tokenizer, config and files sections (the tokenizer as the server loads it)."""
+    artifact = load_artifact(folder)
+    config = json.loads((folder / "config.json").read_text())
+    tokenizer = artifact.load_tokenizer()
+    return {
+        TOKENIZER: record_tokenizer(tokenizer, artifact.task, artifact.special_tokens),
+        CONFIG: record_config(config),
+        FILES: record_files(folder, config["graphs"]),
+    }
 
 
 def record_golden(folder: Path) -> None:
     config = json.loads((folder / "config.json").read_text())
-    golden = {}
+    golden: dict[str, Any] = {}
     for role in config["graphs"]:
         names, outputs = run_graph(folder, role)
         golden[role] = {name: summarize(out) for name, out in zip(names, outputs) if not name.startswith(ATTENTIONS)}
+    golden |= records(folder)
     (folder / GOLDEN_FILE).write_text(json.dumps(golden, indent=1) + "\n")
+
+
+def add_records(folder: Path) -> None:
+    """Add (or replace) the tokenizer, config and files sections of an existing golden.json; its graph
+    sections stay as the export wrote them. Run it on a folder whose files are the export's (tests/export
+    checks its graphs against their recorded outputs): start-up checks later files against the record."""
+    path = folder / GOLDEN_FILE
+    golden = json.loads(path.read_text())
+    golden |= records(folder)
+    path.write_text(json.dumps(golden, indent=1) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--add", type=Path, nargs="+", required=True, metavar="FOLDER",
+                        help="artifact folders whose golden.json gets the tokenizer, config and files sections")
+    for folder in parser.parse_args().add:
+        add_records(folder)
+        print(f"{folder / GOLDEN_FILE}: recorded the tokenizer, config and graph files")
+
+
+if __name__ == "__main__":
+    main()

@@ -21,10 +21,11 @@ MODELS = tuple(KINDS)
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/, the contract in service/contract/, tests/tiny_models.py."""
+    """Of everything a tiny export depends on: model/, the contract in service/contract/, the golden records
+    (service/runtime/golden.py), tests/tiny_models.py."""
     digest = hashlib.sha256()
     sources = [*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py"),
-               REPO / "tests" / "tiny_models.py"]
+               REPO / "service" / "runtime" / "golden.py", REPO / "tests" / "tiny_models.py"]
     for path in sorted(sources):
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())

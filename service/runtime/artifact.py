@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from service.contract.kinds import CLASSIFICATION, TASKS, Task
 from service.contract.names import LOGITS_TO_KEEP
+from service.runtime.golden import GOLDEN_FILE, read_golden
 
 FORMAT_VERSION = 1
 
@@ -68,6 +69,7 @@ class Artifact:
     graphs: dict[str, GraphSpec]
     tokenizer_file: Path
     card: dict[str, Any] = field(default_factory=dict)
+    golden: dict[str, Any] | None = None  # golden.json: what the export recorded (None for a folder without one)
 
     @property
     def n_heads(self) -> int:
@@ -195,6 +197,10 @@ def load_artifact(folder: Path) -> Artifact:
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{card_path}: cannot read the model card ({exc})") from None
+    try:
+        golden = read_golden(folder)
+    except ValueError as exc:
+        raise ArtifactError(f"{folder / GOLDEN_FILE}: {exc}") from None
     return Artifact(
         folder=folder,
         name=_require(data, "name", str, where),
@@ -208,4 +214,5 @@ def load_artifact(folder: Path) -> Artifact:
         graphs=graphs,
         tokenizer_file=tokenizer_file,
         card=card if isinstance(card, dict) else {},
+        golden=golden,
     )

@@ -1,10 +1,13 @@
-"""Start-up checks of an artifact against what it really contains: config.json's dimensions against the
-graphs' inputs and outputs, the tokenizer against the vocabulary, and one tiny run of each graph at the
-largest token id and position the config promises. A mismatch is an ArtifactError naming config.json, so
-the server refuses to start instead of failing requests (one out-of-range row fails its whole batch)."""
+"""Start-up checks of an artifact against what it really contains: config.json and tokenizer.json against
+what the export recorded in golden.json, config.json's dimensions against the graphs' inputs and outputs,
+the tokenizer against the vocabulary and the special tokens, one tiny run of each graph at the largest
+token id and position the config promises, and each graph's outputs against golden.json. A mismatch is an
+ArtifactError naming the file, so the server refuses to start instead of failing requests (one
+out-of-range row fails its whole batch) or answering them wrongly (a swapped tokenizer or weights)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +31,22 @@ from service.contract.names import (
     kv_names,
 )
 from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
-from service.runtime.sessions import GraphSession
+from service.runtime.golden import (
+    CONFIG,
+    FILES,
+    GOLDEN_FILE,
+    SAMPLE_TEXTS,
+    TOKENIZER,
+    config_difference,
+    file_digest,
+    golden_inputs,
+    missing_sections,
+    output_difference,
+    tokenizer_difference,
+)
+from service.runtime.sessions import GraphSession, to_numpy
+
+log = logging.getLogger(__name__)
 
 ORT_DTYPES = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "tensor(float16)"}
 
@@ -36,14 +54,80 @@ ORT_DTYPES = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "
 def check_artifact(
     artifact: Artifact, sessions: Mapping[str, GraphSession], tokenizer: Tokenizer, max_input_tokens: int
 ) -> None:
+    # The recorded fields and files first, so a mismatch names the file that changed, not one that
+    # merely disagrees with it.
+    _check_recorded_config(artifact)
+    _check_recorded_tokenizer(artifact, tokenizer)
+    _check_recorded_files(sessions, (artifact.golden or {}).get(FILES, {}))
     for role, session in sessions.items():
         _check_io(artifact, role, session)
     _check_tokenizer(artifact, tokenizer)
-    _probe(artifact, sessions, max_input_tokens)
+    cross = _probe(artifact, sessions, max_input_tokens)
+    _check_recorded_outputs(artifact, sessions)  # before the next probe: a graph that returns NaN is the graph's fault
+    if DECODER in sessions and artifact.graphs[DECODER].keeps_last_logits:
+        _probe_logits_to_keep(artifact, sessions[DECODER], cross)
+    if missing := missing_sections(artifact.golden, list(artifact.graphs)):
+        log.warning(
+            "%s: %s (an older export), so start-up cannot check what it covers; re-export it, or record the "
+            "tokenizer, config and graph files as they are with `python -m model.golden --add %s`",
+            artifact.folder,
+            f"no {GOLDEN_FILE}" if artifact.golden is None else f"{GOLDEN_FILE} lacks {', '.join(missing)}",
+            artifact.folder,
+        )
 
 
 def _config(artifact: Artifact) -> str:
     return str(artifact.folder / "config.json")
+
+
+def _config_fields(artifact: Artifact) -> dict[str, Any]:
+    """config.json's fields as the server read them, under their config.json names."""
+    fields: dict[str, Any] = {"vocab_size": artifact.vocab_size, "max_positions": artifact.max_positions,
+                              "special_tokens": artifact.special_tokens, "dims": artifact.dims}
+    if artifact.contract is CLASSIFICATION:
+        fields["labels"] = list(artifact.labels)
+    return fields
+
+
+def _check_recorded_config(artifact: Artifact) -> None:
+    recorded = (artifact.golden or {}).get(CONFIG)
+    if recorded is not None and (difference := config_difference(_config_fields(artifact), recorded)):
+        raise ArtifactError(f"{_config(artifact)}: {difference} at export; this config is not the model's")
+
+
+def _check_recorded_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
+    recorded = (artifact.golden or {}).get(TOKENIZER)
+    if recorded is not None and (difference := tokenizer_difference(tokenizer, recorded, artifact.special_tokens)):
+        raise ArtifactError(
+            f"{artifact.tokenizer_file}: {difference} in {GOLDEN_FILE} at export; this is not the tokenizer the "
+            "model was exported with"
+        )
+
+
+def _check_recorded_files(sessions: Mapping[str, GraphSession], recorded: Mapping[str, str]) -> None:
+    for session in sessions.values():
+        digest = recorded.get(session.file.name)
+        if digest is not None and file_digest(session.file) != digest:
+            raise ArtifactError(f"{session.file}: its sha256 differs from the one recorded in {GOLDEN_FILE} at export")
+
+
+def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSession]) -> None:
+    """Each graph's outputs for golden.json's inputs (an int8 graph: their shapes; its record is the
+    float graph's)."""
+    for role, session in sessions.items():
+        recorded = (artifact.golden or {}).get(role)
+        if not recorded:
+            continue
+        names = [name for name in recorded if session.has_output(name)]
+        feeds = golden_inputs(artifact.vocab_size, artifact.graphs[role].inputs)
+        outputs = _run(artifact, session, feeds, names, f"{GOLDEN_FILE}'s {role} input")
+        for name in names:
+            difference = output_difference(to_numpy(outputs[name]), recorded[name], session.quantization != "int8")
+            if difference:
+                raise ArtifactError(
+                    f"{session.file}: {name} for {GOLDEN_FILE}'s input has {difference} at export (a changed "
+                    "graph, or a runtime that computes it differently)"
+                )
 
 
 def _expected_dims(artifact: Artifact, name: str, rank: int) -> dict[int, tuple[int, str]]:
@@ -113,6 +197,31 @@ def _check_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
         raise ArtifactError(
             f"{_config(artifact)}: special_tokens {bad} are outside the vocabulary (vocab_size {artifact.vocab_size})"
         )
+    _check_special_tokens(artifact, tokenizer)
+
+
+def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:
+    """The special-token ids config.json states against what the tokenizer does with them, for artifacts
+    without recorded goldens: the unknown token, and the framing the contract expects of an encoding
+    (a translator's source ends with eos; a classifier's input is cls ... sep)."""
+    specials = artifact.special_tokens
+    expected: dict[str, tuple[int, int]] = {}  # role -> (position in the encoding, id there)
+    unk_token = getattr(tokenizer.model, "unk_token", None)
+    unk = tokenizer.token_to_id(unk_token) if isinstance(unk_token, str) else None
+    if "unk" in specials and unk is not None:
+        expected["unk"] = (-1, unk)  # not a position: the model's own unknown token
+    ids = tokenizer.encode(SAMPLE_TEXTS[0]).ids
+    if ids and artifact.contract is TRANSLATION:
+        expected["eos"] = (len(ids) - 1, ids[-1])
+    if ids and artifact.contract is CLASSIFICATION:
+        expected |= {"cls": (0, ids[0]), "sep": (len(ids) - 1, ids[-1])}
+    for role, (position, token_id) in expected.items():
+        if specials.get(role, token_id) != token_id:
+            where = "its unknown token" if position < 0 else f"position {position} of {SAMPLE_TEXTS[0]!r}"
+            raise ArtifactError(
+                f"{_config(artifact)}: special_tokens.{role} is {specials[role]}, but {artifact.tokenizer_file} puts "
+                f"{tokenizer.id_to_token(token_id)!r} (id {token_id}) at {where}"
+            )
 
 
 def _run(
@@ -134,9 +243,12 @@ def _empty_kv(artifact: Artifact, prefix: str, layers: int, batch: int = 1) -> d
     return dict.fromkeys(kv_names(prefix, layers), empty)
 
 
-def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_tokens: int) -> None:
+def _probe(
+    artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_tokens: int
+) -> dict[str, np.ndarray]:
     """Run each graph at the highest token id (vocab_size - 1) and the furthest position the server can
-    use: max_positions - 1 where positions are inputs, else a sequence as long as the server allows."""
+    use: max_positions - 1 where positions are inputs, else a sequence as long as the server allows.
+    Returns a translator's cross-attention feeds for further decoder probes (none for other tasks)."""
     last_id, positions = artifact.vocab_size - 1, artifact.max_positions
     vocab_claim = f"vocab_size {artifact.vocab_size}"
     length_claim = f"max_positions {positions}"
@@ -146,7 +258,7 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
         for ids, claim in ((_ids([last_id]), vocab_claim), (np.zeros((1, n), dtype=np.int64), length_claim)):
             feeds = {INPUT_IDS: ids, TOKEN_TYPE_IDS: np.zeros_like(ids), ATTENTION_MASK: np.ones_like(ids)}
             _run(artifact, enc, feeds, [LOGITS], claim)
-        return
+        return {}
     layers = artifact.n_decoder_layers
     dec = sessions[DECODER]
     cross: dict[str, np.ndarray] = {}
@@ -172,8 +284,7 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
             **_empty_kv(artifact, PAST, layers),
         }
         _run(artifact, dec, feeds, [LOGITS], claim)
-    if artifact.graphs[DECODER].keeps_last_logits:
-        _probe_logits_to_keep(artifact, dec, cross)
+    return cross
 
 
 def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str, np.ndarray]) -> None:

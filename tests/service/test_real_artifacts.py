@@ -1,6 +1,9 @@
 """The same mechanics against the trained artifacts in artifacts/ (each test skipped while its model is absent)."""
 
 import asyncio
+import json
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +66,45 @@ async def test_real_classifier(serving) -> None:
         for text, result in zip(texts, batched, strict=True):
             single = (await s.client.post("/v1/classify", json={"text": text})).json()["results"][0]
             assert single["label"] == result["label"] and abs(single["score"] - result["score"]) < 1e-4
+
+
+SAME_SIZE_TOKENIZERS = [("translator", "generator"), ("classifier", "translator"), ("generator", "classifier")]
+
+
+@pytest.mark.parametrize("name,other", SAME_SIZE_TOKENIZERS)
+def test_real_tokenizer_of_another_model_is_refused(name: str, other: str, tmp_path: Path) -> None:
+    """Every trained model has 8,000 tokens: another's tokenizer.json fits every size check, and the model
+    would answer nonsense as ready. Its golden token ids do not match."""
+    from service.engine.engine import Engine
+    from service.runtime.artifact import ArtifactError
+    from service.settings import Settings
+
+    if not all((ARTIFACTS / n / "config.json").is_file() for n in (name, other)):
+        pytest.skip("a trained artifact is absent")
+    folder = tmp_path / name
+    folder.mkdir()
+    for item in (ARTIFACTS / name).iterdir():
+        if item.suffix == ".onnx":
+            (folder / item.name).symlink_to(item)
+        elif item.is_file():
+            shutil.copyfile(item, folder / item.name)
+    shutil.copyfile(ARTIFACTS / other / "tokenizer.json", folder / "tokenizer.json")
+    with pytest.raises(ArtifactError) as failed:
+        Engine(Settings(artifacts_dir=tmp_path, models=name, intra_op_threads=1, warmup=False)).load()
+    assert str(failed.value).startswith(f"{folder / 'tokenizer.json'}: encodes "), failed.value
+
+
+@pytest.mark.parametrize("name", ["translator", "generator", "classifier", "classifier-minilm"])
+def test_real_artifacts_pass_every_recorded_check(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The committed golden.json records the tokenizer, config and graph files, and the committed files
+    match it (at start-up as the server runs them)."""
+    from service.engine.engine import Engine
+    from service.settings import Settings
+
+    if not (ARTIFACTS / name / "config.json").is_file():
+        pytest.skip(f"artifacts/{name} is absent")
+    golden = json.loads((ARTIFACTS / name / "golden.json").read_text())
+    assert {"tokenizer", "config", "files"} <= set(golden)
+    with caplog.at_level(logging.WARNING, logger="service.runtime.checks"):
+        Engine(Settings(artifacts_dir=ARTIFACTS, models=name, intra_op_threads=1, warmup=False)).load()
+    assert "golden.json" not in caplog.text
