@@ -65,6 +65,19 @@ function tokenLabel(token) {
   return (token ?? "?").replace(/^Ġ/, "·").replace(/^▁/, "·").replace(/^##/, "");
 }
 
+// Brightness per cell in [0, 1]. Attention rows are softmaxes, and most rows put the bulk of their
+// weight on the first token (an "attention sink"; in causal self-attention the first row is all on it):
+// one scale for the whole map, set by those weights, left every other cell near black. So each row is
+// scaled to its largest weight outside the first column, and the first column saturates; a row with
+// nothing outside it (the first row of a causal map) is scaled to its own largest weight.
+function cellShades(values) {
+  return values.map((row) => {
+    const rest = Math.max(0, ...row.slice(1));
+    const scale = rest > 0 ? rest : Math.max(1e-9, ...row);
+    return row.map((v) => Math.min(1, v / scale));
+  });
+}
+
 // spec: {layers, heads, headChoices: [[value, label]], matrix(layer, head) -> {rows, cols, values}}
 function drawHeatmap(container, spec) {
   container.replaceChildren(document.getElementById("heatmap-template").content.cloneNode(true));
@@ -82,13 +95,12 @@ function drawHeatmap(container, spec) {
     canvas.dataset.rows = String(m.rows.length);
     canvas.dataset.cols = String(m.cols.length);
     const ctx = canvas.getContext("2d");
-    const peak = Math.max(1e-9, ...m.values.flat());
-    m.values.forEach((row, r) => row.forEach((v, c) => {
-      const [red, green, blue] = colour(v / peak);
+    cellShades(m.values).forEach((row, r) => row.forEach((v, c) => {
+      const [red, green, blue] = colour(v);
       ctx.fillStyle = `rgb(${red},${green},${blue})`;
       ctx.fillRect(c * CELL, r * CELL, CELL, CELL);
     }));
-    canvas.title = "brighter = more attention (scaled to the largest weight shown)";
+    canvas.title = "brighter = more attention; each row is scaled to its largest weight after the first column";
     const label = (text) => Object.assign(document.createElement("span"), { textContent: tokenLabel(text), title: text });
     container.querySelector(".col-labels").replaceChildren(...m.cols.map(label));
     container.querySelector(".row-labels").replaceChildren(...m.rows.map(label));
