@@ -150,6 +150,32 @@ def _replace(name: str, content: Callable[[bytes], bytes]) -> Callable[[Path], N
     return edit
 
 
+def _edit_json(name: str, change: Callable[[Any], None]) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        data = json.loads((folder / name).read_text())
+        change(data)
+        (folder / name).unlink()
+        (folder / name).write_text(json.dumps(data))
+
+    return edit
+
+
+def _copy_from(other: str, name: str) -> Callable[[Path], None]:
+    """Another model's file: the three trained models share their vocabulary size (8,000)."""
+
+    def edit(folder: Path) -> None:
+        (folder / name).unlink()
+        shutil.copyfile(ARTIFACTS / other / name, folder / name)
+
+    return edit
+
+
+def _flip_bytes(data: bytes) -> bytes:
+    """4 KiB in the middle of a graph inverted: inside its weights, so the file still loads and runs."""
+    middle = len(data) // 2
+    return data[:middle] + bytes(b ^ 0xFF for b in data[middle : middle + 4096]) + data[middle + 4096 :]
+
+
 ARTIFACT_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("vocab_size 4000 on an 8,000-token model", "generator", _edit_config(vocab_size=4000), "config.json"),
     ("vocab_size 9000", "generator", _edit_config(vocab_size=9000), "config.json"),
@@ -163,6 +189,23 @@ ARTIFACT_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("broken tokenizer.json", "generator", _replace("tokenizer.json", lambda b: b[: len(b) // 2]), "tokenizer.json"),
     ("truncated graph", "classifier", _replace("encoder.onnx", lambda b: b[: len(b) // 3]), "encoder.onnx"),
     ("graph replaced by zeros", "generator", _replace("decoder.onnx", lambda b: bytes(1000)), "decoder.onnx"),
+    # What the graphs cannot show: each loaded and served wrong answers before golden.json recorded the
+    # tokenizer, the config and the graph files (service/runtime/golden.py).
+    ("the generator's tokenizer, same size", "translator", _copy_from("generator", "tokenizer.json"), "tokenizer.json"),
+    ("the translator's tokenizer, same size", "classifier", _copy_from("translator", "tokenizer.json"), "tokenizer.json"),
+    ("the classifier's tokenizer, same size", "generator", _copy_from("classifier", "tokenizer.json"), "tokenizer.json"),
+    ("tokenizer adds no end token", "translator", _edit_json("tokenizer.json", lambda t: t.update(post_processor=None)),
+     "tokenizer.json"),
+    ("bos and eos swapped", "translator", _edit_json("config.json", lambda c: c["special_tokens"].update(bos=3, eos=2)),
+     "config.json"),
+    ("eos is the pad token", "generator", _edit_json("config.json", lambda c: c["special_tokens"].update(eos=0, bos=0)),
+     "config.json"),
+    ("labels reversed", "classifier", _edit_json("config.json", lambda c: c.update(labels=c["labels"][::-1])),
+     "config.json"),
+    ("max_positions halved", "generator", _edit_json("config.json", lambda c: c.update(max_positions=128)),
+     "config.json"),
+    ("weights changed in place", "classifier", _replace("encoder.onnx", _flip_bytes), "encoder.onnx"),
+    ("golden.json not JSON", "translator", _replace("golden.json", lambda b: b[:100]), "golden.json"),
 ]
 
 
