@@ -3,8 +3,8 @@
 Draining: the first signal turns /ready and new inference requests to 503 while in-flight requests
 finish. SERVE_DRAIN_TIMEOUT_S bounds the whole shutdown: shortly before it runs out, the requests still
 running are cut (a stream gets a final `error` event, or an error chunk and `[DONE]` on the OpenAI route;
-a waiting request gets 503), and uvicorn then has only a short grace to close the connections. A second
-signal stops at once.
+a waiting request gets 503); shortly before it ends, the connections still open (a client that does not
+read its answer, or still sends its body) are aborted, and the process exits. A second signal stops at once.
 
 The models are loaded before uvicorn starts: a broken or mismatched artifact stops the process with one
 line naming the file, and exit status 1.
@@ -12,10 +12,13 @@ line naming the file, and exit status 1.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import sys
 import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -24,7 +27,7 @@ from pydantic import ValidationError
 from service.app import begin_drain, create_app, cut_off, inflight
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
-from service.http_protocol import header_timeout_protocol
+from service.http_protocol import timeout_protocol
 from service.runtime.artifact import ArtifactError
 from service.logs import configure_logging
 from service.settings import Settings
@@ -34,8 +37,14 @@ log = logging.getLogger("service")
 
 # Kept from the drain timeout for cutting the last requests and letting their error events go out.
 CUT_RESERVE_S = 1.0
-# uvicorn's own wait for connections after the drain: they have ended by then, or are idle.
-CLOSE_GRACE_S = 1
+# Kept from the drain timeout for uvicorn's own shutdown and the process exit: connections still open
+# then are aborted (measured: about 0.15 s from the abort to the exit).
+EXIT_RESERVE_S = 0.3
+# A shutdown that no drain started (uvicorn's own): how long open connections get before they are aborted.
+CLOSE_GRACE_S = 1.0
+# After the aborts, how long uvicorn waits for the requests' tasks (they end at once: a blocked send returns,
+# a body read answers http.disconnect) before it cancels them ("Exception in ASGI application").
+TASK_GRACE_S = 0.3
 
 
 class DrainingServer(uvicorn.Server):
@@ -44,11 +53,14 @@ class DrainingServer(uvicorn.Server):
         self.app = app
         self.drain_timeout_s = drain_timeout_s
         self.cut_at = max(0.0, drain_timeout_s - min(CUT_RESERVE_S, drain_timeout_s / 2))
+        self.close_at = max(0.0, drain_timeout_s - min(EXIT_RESERVE_S, drain_timeout_s / 4))
         self.drain_started: float | None = None
         self.cut = False
+        self.stop_now = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_started is not None:  # second signal: stop now
+            self.stop_now = True
             super().handle_exit(sig, frame)
             return
         # Runs in a signal handler: only flip flags here; on_tick (on the loop) does the rest.
@@ -64,11 +76,49 @@ class DrainingServer(uvicorn.Server):
                 self.cut = True
                 log.warning("drain timeout (%.1fs): cutting %d request(s) off", self.drain_timeout_s, inflight(self.app))
                 await cut_off(self.app)
-            if inflight(self.app) == 0 or waited >= self.drain_timeout_s:
+            if inflight(self.app) == 0 or waited >= self.close_at:
                 if inflight(self.app):
                     log.warning("%d request(s) still open at the drain timeout", inflight(self.app))
                 self.should_exit = True
         return await super().on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn waits for every connection to close, then cancels the requests still running after
+        timeout_graceful_shutdown (a traceback each). A client that does not read (its stream's send waits
+        on a full socket buffer, or a finished answer sits unsent) or does not send (a body trickling in)
+        holds its connection to that timeout, past the drain's. Here the connections still open at the
+        drain's end are aborted first: that ends their requests (a send returns, a body read answers
+        http.disconnect), so uvicorn finds nothing to wait for or to cancel."""
+        for server in self.servers:
+            server.close()  # no new connections (uvicorn's shutdown does it too)
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle ones close now, busy ones after their response
+        if self.stop_now:
+            close_by = time.monotonic()
+        elif self.drain_started is not None:
+            close_by = self.drain_started + self.close_at
+        else:
+            close_by = time.monotonic() + CLOSE_GRACE_S
+        while self.server_state.connections and time.monotonic() < close_by:
+            await asyncio.sleep(0.02)
+        if self.server_state.connections:
+            log.warning("closing %d connection(s) still open at shutdown", len(self.server_state.connections))
+            for connection in list(self.server_state.connections):
+                connection.transport.abort()
+        await super().shutdown(sockets)
+
+
+def server_config(app: FastAPI, settings: Settings, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration from the settings; `options`: more of uvicorn.Config's, or others' values."""
+    values: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "http": timeout_protocol(settings.header_timeout_s, settings.body_timeout_s),
+        "timeout_keep_alive": settings.keepalive_timeout_s,  # typed int, used as a call_later delay: any float
+        "timeout_graceful_shutdown": TASK_GRACE_S,  # typed int, used as an asyncio.wait_for timeout: any float
+    }
+    return uvicorn.Config(app, **(values | options))
 
 
 def main() -> None:
@@ -89,15 +139,7 @@ def main() -> None:
         print(f"cannot serve: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     app = create_app(settings, engine)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=log_config,
-        http=header_timeout_protocol(settings.header_timeout_s),
-        timeout_graceful_shutdown=CLOSE_GRACE_S,
-    )
+    config = server_config(app, settings, log_config=log_config)
     server = DrainingServer(config, app, settings.drain_timeout_s)
     server.run()
     if not server.started:

@@ -101,7 +101,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_error_handlers(app)
     install_openapi(app)
     # Outermost last: 500s -> metrics and drain refusal -> API key (before any body is read) -> body limit.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(ApiKeyMiddleware, key=settings.api_key, public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)
     app.add_middleware(InternalErrorMiddleware)

@@ -53,6 +53,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1 << 30)
     # A connection must send a request's whole header within this time (slow-header clients are closed).
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    # ... and its whole body within this time after the header (slow-body clients get a 408 and are closed).
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # An idle keep-alive connection is closed after this long. Longer than clients keep idle connections
+    # pooled (httpx 5 s, aiohttp 15 s, nginx upstream 60 s), so a client never sends a request on a
+    # connection the server is closing at that instant; 75 s is nginx's own client keep-alive timeout.
+    keepalive_timeout_s: float = Field(default=75.0, gt=0, le=3600)
     # Attention maps cost items x layers x heads x tokens^2 numbers (about 8 bytes each as JSON): cap the total.
     max_attention_values: int = Field(default=1_048_576, ge=1, le=1 << 31)
     warmup: bool = True

@@ -1,7 +1,8 @@
-"""Pure ASGI middleware (streaming-safe): request metrics and in-flight count, and the body size limit."""
+"""Pure ASGI middleware (streaming-safe): request metrics and in-flight count, and the body's size and time limits."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastapi import Request
+from fastapi.responses import Response
 
 from service.api.asgi import HttpMiddleware
 from service.api.errors import error_response, internal_error_response, log_internal_error
@@ -103,41 +105,65 @@ class RequestMetricsMiddleware(HttpMiddleware):
 
 
 class BodyLimitMiddleware(HttpMiddleware):
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """The request body's limits: at most `max_bytes` (SERVE_MAX_BODY_BYTES, else 413), and all of it
+    within `timeout_s` of the request's start (SERVE_BODY_TIMEOUT_S, else 408 and the connection closed: a
+    client that stalls mid-body would otherwise hold the connection and an in-flight slot for good).
+    The whole body within one deadline, not a bound on the gap between chunks: one byte every few seconds
+    would pass any gap bound, forever."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
         super().__init__(app)
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        message = f"the request body is larger than {self.max_bytes} bytes (SERVE_MAX_BODY_BYTES)"
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(413, "payload_too_large", message, "body")(scope, receive, send)
+            await self._too_large()(scope, receive, send)
             return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         received = 0
-        too_large = False
+        body_done = False
+        refusal: Response | None = None
 
         async def limited() -> Message:  # chunked bodies declare no length: count as they arrive
-            nonlocal received, too_large
-            msg = await receive()
+            nonlocal received, body_done, refusal
+            if body_done:  # the disconnect watchers wait here for as long as the response takes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    msg = await receive()
+            except TimeoutError:
+                refusal = self._too_slow()
+                raise _BodyRefused from None
             if msg["type"] == "http.request":
                 received += len(msg.get("body", b""))
                 if received > self.max_bytes:
-                    too_large = True
-                    raise _BodyTooLarge
+                    refusal = self._too_large()
+                    raise _BodyRefused
+                body_done = not msg.get("more_body", False)
             return msg
 
-        async def unless_too_large(msg: Message) -> None:
-            if not too_large:  # FastAPI answers a failed body read itself (400): replace that with 413
+        async def unless_refused(msg: Message) -> None:
+            if refusal is None:  # FastAPI answers a failed body read itself (400): replace that with ours
                 await send(msg)
 
-        with contextlib.suppress(_BodyTooLarge):
-            await self.app(scope, limited, unless_too_large)
-        if too_large:
-            await error_response(413, "payload_too_large", message, "body")(scope, receive, send)
+        with contextlib.suppress(_BodyRefused):
+            await self.app(scope, limited, unless_refused)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+
+    def _too_large(self) -> Response:
+        message = f"the request body is larger than {self.max_bytes} bytes (SERVE_MAX_BODY_BYTES)"
+        return error_response(413, "payload_too_large", message, "body")
+
+    def _too_slow(self) -> Response:
+        message = f"the request body did not arrive within {self.timeout_s:g} s (SERVE_BODY_TIMEOUT_S)"
+        return error_response(408, "request_timeout", message, "body", headers={"Connection": "close"})
 
 
-class _BodyTooLarge(Exception):
+class _BodyRefused(Exception):
     pass
 
 

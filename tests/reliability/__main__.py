@@ -26,9 +26,12 @@ from typing import Any
 from tests.reliability import sections
 from tests.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
 from tests.reliability.report import README_BEGIN, README_END, table
+from tests.reliability.transport import TRANSPORT_SETTINGS
 
 ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "disconnects", "soak")
-ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults")
+ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain")
+# These end the server they run against: they run last.
+CONSUMING = ("sigterm", "stuck_drain")
 
 
 async def run_local(names: list[str], soak_s: float, examples: int) -> list[sections.Outcome]:
@@ -49,6 +52,12 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
         outcomes.append(await sections.artifacts())
     if "faults" in names:
         outcomes.append(await sections.faults())
+    transport = [n for n in ("slow_clients", "stuck_drain") if n in names]
+    if transport:
+        with LocalServer(**TRANSPORT_SETTINGS) as server:
+            target = server.wait_ready()
+            for name in transport:
+                outcomes.append(await getattr(sections, name)(target))
     return outcomes
 
 
@@ -144,8 +153,7 @@ def main() -> None:
 
 
 async def _run_on(names: list[str], target: Target, soak_s: float, examples: int) -> list[sections.Outcome]:
-    # sigterm ends the server: run it last.
-    ordered = [n for n in names if n != "sigterm"] + (["sigterm"] if "sigterm" in names else [])
+    ordered = [n for n in names if n not in CONSUMING] + [n for n in CONSUMING if n in names]
     return [await _run(name, target, soak_s, examples) for name in ordered]
 
 

@@ -262,20 +262,14 @@ class _InProcessServer:
         import uvicorn
 
         from service.app import create_app
-        from service.http_protocol import header_timeout_protocol
+        from service.__main__ import server_config
         from service.settings import Settings
 
         values = {"artifacts_dir": ARTIFACTS, "intra_op_threads": 1, "inter_op_threads": 1, "max_new_tokens": 240}
         self.settings = Settings(**(values | overrides))
         self.app = create_app(self.settings)
         self.port = free_port()
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            http=header_timeout_protocol(self.settings.header_timeout_s),
-        )
+        config = server_config(self.app, self.settings, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

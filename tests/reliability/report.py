@@ -27,6 +27,14 @@ CHECKS = {
         "ORT failure mid-batch (every waiter errors, server recovers); a bug in a request (JSON 500, "
         "keep-alive kept, no request text logged); slow headers (408)"
     ),
+    "slow_clients": (
+        "bodies trickling in: 408 at SERVE_BODY_TIMEOUT_S, connection closed, in-flight slot freed; a trickling "
+        "body after its answer closed; a POST on a keep-alive connection idle past httpx's 5 s pool expiry"
+    ),
+    "stuck_drain": (
+        "SIGTERM with streams whose client never reads and uploads still trickling in: exit 0 within the "
+        "drain timeout + 0.5 s, no traceback logged"
+    ),
 }
 
 
@@ -76,6 +84,19 @@ def _figures(name: str, f: dict[str, Any]) -> str:
             f"ORT failure: {f.get('ort_failure_errors')}/{f.get('ort_failure_waiters')} waiters got an error; "
             f"500 then keep-alive: {'/'.join(f.get('internal_error_then_keepalive', []))}; "
             f"slow header closed after {f.get('slow_header_closed_after_s')} s"
+        )
+    if name == "slow_clients":
+        return (
+            f"{f['got_408']}/{f['slow_bodies']} slow bodies got 408 after {f['answered_after_s']} s "
+            f"(timeout {f['body_timeout_s']} s), in flight {f['in_flight_while_sending']} -> "
+            f"{f['in_flight_after']}; answered-early body closed after {f['answered_without_body_closed_after_s']} s; "
+            f"after {f['idle_s']} s idle: {'/'.join(f['keepalive_statuses'])}"
+        )
+    if name == "stuck_drain":
+        return (
+            f"{f['stuck_streams']} unread streams + {f['slow_uploads']} slow uploads in flight: exit "
+            f"{f['exit_status']} after {f['exit_after_s']} s (drain {f['drain_timeout_s']} s), "
+            f"{f['tracebacks']} tracebacks"
         )
     return ", ".join(f"{k} {v}" for k, v in f.items())
 

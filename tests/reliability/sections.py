@@ -10,6 +10,7 @@ from tests.reliability.contract import bad_input, schemathesis
 from tests.reliability.faults import artifacts, faults, sigterm
 from tests.reliability.harness import Outcome
 from tests.reliability.traffic import attention, disconnects, load, overload, soak
+from tests.reliability.transport import slow_clients, stuck_drain
 
 __all__ = [
     "Outcome",
@@ -22,5 +23,7 @@ __all__ = [
     "overload",
     "schemathesis",
     "sigterm",
+    "slow_clients",
     "soak",
+    "stuck_drain",
 ]

@@ -8,6 +8,7 @@ import os
 from tests.reliability import sections
 from tests.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
 from tests.reliability.sections import Outcome
+from tests.reliability.transport import TRANSPORT_SETTINGS
 
 SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
 
@@ -67,3 +68,11 @@ async def test_artifacts(record: list[Outcome]) -> None:
 async def test_faults(record: list[Outcome]) -> None:
     outcome = await sections.faults()
     assert passed(outcome, record), outcome.failures
+
+
+async def test_slow_clients_then_stuck_drain(record: list[Outcome]) -> None:
+    with LocalServer(**TRANSPORT_SETTINGS) as server:
+        target = server.wait_ready()
+        slow = await sections.slow_clients(target)
+        stuck = await sections.stuck_drain(target)
+    assert passed(slow, record) & passed(stuck, record), slow.failures + stuck.failures
