@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import ENGINE_STATUS, ApiError, log_internal_error
+from service.api.errors import ENGINE_STATUS, fields_as_sent, log_internal_error
 from service.api.generate import sampling_params, stop_strings
 from service.api.openai_errors import openai_error_body
 from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
@@ -23,6 +23,7 @@ from service.engine.scoring import TokenScore
 router = APIRouter(tags=["openai"])
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+FIELDS = {"max_new_tokens": "max_tokens"}  # the engine's option names as this API spells them
 _END = object()
 
 
@@ -218,11 +219,9 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
     "/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}}
 )
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
-    served = engine.model_names("generation")
-    if body.model not in served:  # OpenAI's 404 code (the engine's would be model_not_loaded)
-        raise ApiError(404, "model_not_found", f"model {body.model!r} is not served here; use one of {served}", "model")
-    generator = engine.require_generator(body.model)
-    handle = engine.submit_generation(_job(body, body.model))
+    generator = engine.require_generator(body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
+    with fields_as_sent(FIELDS):
+        handle = generator.submit(_job(body, body.model))
     prompt_ids = handle.prompt_ids
     scores = await unless_disconnected(request, handle.prompt_scores())
     echoes = _echoes(body, prompt_ids, generator)

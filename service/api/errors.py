@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import re
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,6 +46,19 @@ HTTP_TYPES = {
 }
 # Union members in pydantic error locations ("str", "list[str]", "function-after[...]") are not fields.
 _TYPE_TAG = re.compile(r"[\[\-]|^(str|int|float|bool|list|dict|none|tuple)$")
+# A union reports each member's error: "Input should be a valid string" from the `str` member says
+# nothing when a list was sent. Errors of these kinds (the input is of another type) rank last.
+_WRONG_TYPE = re.compile(r"_type$|^(none_required|model_attributes_type|is_instance_of)$")
+
+
+class FieldError(ValueError):
+    """A request model's cross-field check that names its field: a model validator's error has no location
+    of its own (pydantic reports it at the body), so the handler takes the field from here."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
 
 
 class ApiError(Exception):
@@ -84,6 +98,31 @@ def engine_error_response(exc: EngineError) -> JSONResponse:
     return error_response(status, exc.type, exc.message, exc.field, headers)
 
 
+def sent_as(field: str | None, names: Mapping[str, str]) -> str | None:
+    """An engine field ("max_new_tokens", "text[2]") renamed to what the client sent: its head through
+    `names` ("max_tokens", "inputs[2]", "parameters.max_new_tokens"), the rest as it is."""
+    if field is None:
+        return None
+    head = _head(field)
+    return names[head] + field[len(head) :] if head in names else field
+
+
+def _head(field: str) -> str:
+    """The top-level request field of a path: "text[2]" -> "text", "parameters.top_k" -> "parameters"."""
+    return re.split(r"[.\[]", field, maxsplit=1)[0]
+
+
+@contextmanager
+def fields_as_sent(names: Mapping[str, str]) -> Iterator[None]:
+    """Engine errors raised in the block name the request field as the protocol's client spelled it: the
+    engine knows its own option names (max_new_tokens), the route knows the client's (max_tokens)."""
+    try:
+        yield
+    except EngineError as exc:
+        exc.field = sent_as(exc.field, names)
+        raise
+
+
 def field_path(loc: Sequence[int | str]) -> str:
     """("body", "text", 2) -> "text[2]"; union-member tags are dropped."""
     path = ""
@@ -100,13 +139,39 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     if any(e.get("type") == "json_invalid" for e in errors):
         detail = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {}).get("error", "")
         return error_response(400, "invalid_json", f"the request body is not valid JSON: {detail}".rstrip(": "), "body")
-    details = [{"field": field_path(e["loc"]), "message": e["msg"]} for e in errors]
-    # With unions every member reports; the deepest location is the most specific ("text[0]", not "text").
-    first = max(details, key=lambda d: d["field"].count("[") + d["field"].count("."))
+    details = [_detail(e) for e in errors]
+    # With unions every member reports: a member of the input's type first, then the deepest location,
+    # the most specific ("text[0]", not "text").
+    ranked = sorted(
+        zip(errors, details, strict=True),
+        key=lambda ed: (bool(_WRONG_TYPE.search(ed[0].get("type", ""))), -_depth(ed[1]["field"])),
+    )
+    first = ranked[0][1]
     message = f"{first['field']}: {first['message']}"
-    if len(details) > 1:
-        message += f" (and {len(details) - 1} more)"
+    # Other fields at fault, by name: not the union members' alternatives for the same one.
+    others = list(dict.fromkeys(_head(d["field"]) for d in details if _head(d["field"]) != _head(first["field"])))
+    if others:
+        message += f" (also wrong: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
     return error_response(422, "validation_error", message, first["field"], details=details)
+
+
+def _depth(field: str) -> int:
+    return field.count("[") + field.count(".")
+
+
+def _detail(error: Mapping[str, Any]) -> dict[str, str]:
+    """One pydantic error as {field, message}: a FieldError names its own field; messages lose pydantic's
+    "Value error, " prefix and its "after validation" wording."""
+    field = field_path(error["loc"])
+    message = str(error["msg"])
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, FieldError):
+        field = cause.field if field == "body" else f"{field}.{cause.field}"
+        message = cause.message
+    elif error.get("type") == "too_long":
+        ctx = error["ctx"]
+        message = f"at most {ctx['max_length']} items, not {ctx['actual_length']}"
+    return {"field": field, "message": message.removeprefix("Value error, ")}
 
 
 def install_error_handlers(app: FastAPI) -> None:

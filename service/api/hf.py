@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import ApiError
-from service.api.schemas import MAX_SEED, NonEmptyText, TranslateRequest
+from service.api.errors import fields_as_sent
+from service.api.schemas import MAX_SEED, MAX_TOP_K, NonEmptyText, TranslateRequest
 from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
@@ -31,7 +31,7 @@ from service.contract.kinds import TASKS
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.engine import Engine
 from service.engine.generation import GenerationResult, TokenEvent
-from service.engine.generation_service import GenerationJob, GenerationService
+from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.sampling import SamplingParams
 from service.engine.scoring import TokenScore
 from service.engine.translation_service import TranslationJob, TranslationService
@@ -51,7 +51,7 @@ class _Lenient(BaseModel):
 class TgiParameters(_Lenient):
     max_new_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, gt=0.0, le=10.0)
-    top_k: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="beyond the vocabulary: all")
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
@@ -91,7 +91,7 @@ class TextPair(_Lenient):
 
 
 class ClassificationParameters(_Lenient):
-    top_k: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K)
     function_to_apply: Literal["softmax"] | None = Field(None, description="the classifier's scores are a softmax")
 
 
@@ -120,12 +120,28 @@ class TranslationRequest(_Lenient):
     parameters: TranslationParameters = Field(default_factory=TranslationParameters)
 
 
-def _validated(model: type[BaseModel], payload: Any) -> Any:
-    """Validate a body that was read as plain JSON (dispatch routes) with the project's 422 shape."""
+# The engine's option names (and /v1/translate's, which the Inference API's translation passes through)
+# as the client sent them, so that errors name the client's field.
+TGI_FIELDS = {name: f"parameters.{name}" for name in TgiParameters.model_fields}
+TRANSLATION_FIELDS = {"text": "inputs"} | {
+    name: f"parameters.generate_parameters.{name}" for name in TranslationGenerateParameters.model_fields
+}
+
+
+def _validated(model: type[BaseModel], payload: Any, names: dict[str, str] | None = None) -> Any:
+    """Validate a body that was read as plain JSON (dispatch routes) with the project's 422 shape; `names`
+    renames the fields of a body built from the client's (see TRANSLATION_FIELDS)."""
     try:
         return TypeAdapter(model).validate_python(payload)
     except ValidationError as exc:
-        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+        errors = [{**e, "loc": ("body", *_loc_as_sent(e["loc"], names or {}))} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def _loc_as_sent(loc: tuple[int | str, ...], names: dict[str, str]) -> tuple[int | str, ...]:
+    if loc and isinstance(loc[0], str) and loc[0] in names:
+        return (*names[loc[0]].split("."), *loc[1:])
+    return loc
 
 
 # --- text generation (TGI) ----------------------------------------------------------------------
@@ -155,6 +171,11 @@ def _job(body: TgiRequest, model: str) -> GenerationJob:
     )
 
 
+def _submit(generator: GenerationService, body: TgiRequest) -> GenerationHandle:
+    with fields_as_sent(TGI_FIELDS):
+        return generator.submit(_job(body, generator.name))
+
+
 def _token(event: TokenEvent) -> dict[str, Any]:
     return {"id": event.id, "text": event.text, "logprob": event.logprob, "special": event.special}
 
@@ -170,7 +191,7 @@ def _prefill(generator: GenerationService, scores: list[list[TokenScore]] | None
 
 async def _tgi_generate(generator: GenerationService, body: TgiRequest, request: Request) -> dict[str, Any]:
     p = body.parameters
-    handle = generator.submit(_job(body, generator.name))
+    handle = _submit(generator, body)
     prefill = _prefill(generator, await unless_disconnected(request, handle.prompt_scores()))
     result: GenerationResult = await unless_disconnected(request, handle.result())
     text = (body.inputs + result.text) if p.return_full_text else result.text
@@ -195,7 +216,7 @@ def _tgi_error(type: str, message: str, field: str | None) -> str:
 
 async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: Request) -> Any:
     p = body.parameters
-    handle = generator.submit(_job(body, generator.name))
+    handle = _submit(generator, body)
     (ids,) = handle.prompt_ids
     events: AsyncIterator[TokenEvent | GenerationResult] = handle.events()
     held: list[TokenEvent] = []  # one token is held back: the last one goes out with the text and details
@@ -271,8 +292,10 @@ async def _translate(translator: TranslationService, body: TranslationRequest, r
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
     chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
-    params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}))
-    results = await unless_disconnected(request, translator.submit(TranslationJob(texts, fields, params)).results())
+    params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}, TRANSLATION_FIELDS))
+    with fields_as_sent(TRANSLATION_FIELDS):
+        handle = translator.submit(TranslationJob(texts, fields, params))
+    results = await unless_disconnected(request, handle.results())
     return [{"translation_text": r.hypotheses[0].text} for r in results]
 
 

@@ -15,7 +15,8 @@ from starlette.types import Message, Receive, Scope, Send
 from service.api.asgi import HttpMiddleware
 
 OPENAI_PATHS = ("/v1/completions", "/v1/models")
-CODES = {"unauthorized": "invalid_api_key"}
+# Our error types that OpenAI names otherwise.
+CODES = {"unauthorized": "invalid_api_key", "model_not_loaded": "model_not_found"}
 
 
 def openai_error_body(status: int, type: str, message: str, field: str | None) -> dict[str, Any]:

@@ -7,7 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.api.errors import FieldError
+
 MAX_SEED = 2**63 - 1
+# top_k beyond the vocabulary keeps every token; the bound keeps it a machine integer (int64 in the chooser).
+MAX_TOP_K = 2**31 - 1
 MAX_LOGIT_BIAS = 300  # entries, as OpenAI
 TOKEN_ID_DIGITS = 9
 TOKEN_ID = re.compile(rf"[0-9]{{1,{TOKEN_ID_DIGITS}}}", re.ASCII)
@@ -79,7 +83,7 @@ class TranslateRequest(Request):
     )
     do_sample: bool = Field(False, description="sample instead of searching (num_beams must be 1)")
     temperature: float = Field(1.0, gt=0.0, le=10.0, description="with do_sample")
-    top_k: int = Field(0, ge=0, description="with do_sample; 0 = off")
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="with do_sample; 0 = off; beyond the vocabulary: all")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="with do_sample")
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="with do_sample")
     repetition_penalty: float = Field(
@@ -96,7 +100,7 @@ class TranslateRequest(Request):
     @model_validator(mode="after")
     def _n_best(self) -> TranslateRequest:
         if self.n_best > self.num_beams:
-            raise ValueError(f"n_best ({self.n_best}) must be <= num_beams ({self.num_beams})")
+            raise FieldError("n_best", f"must be <= num_beams ({self.num_beams}), got {self.n_best}")
         return self
 
 
@@ -134,11 +138,11 @@ class GenerateRequest(Request):
     model: ModelName
     max_new_tokens: int | None = Field(None, ge=1, description="default 64, within the server cap and the context")
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
-    top_k: int = Field(0, ge=0, description="0 = off")
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = off; beyond the vocabulary: all")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
     stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed, same tokens (batched or not)")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="the same random numbers alone or batched (see the README)")
     ignore_eos: bool = False
     stream: bool = Field(False, description="Server-Sent Events: one `token` event per token, then `done`")
     logprobs: bool = Field(False, description="return each token's log-probability")
@@ -148,7 +152,7 @@ class GenerateRequest(Request):
     @model_validator(mode="after")
     def _top_logprobs(self) -> GenerateRequest:
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs needs logprobs=true")
+            raise FieldError("top_logprobs", "needs logprobs=true")
         return self
 
 
@@ -216,7 +220,7 @@ class CompletionRequest(Request):
     )
     user: str | None = None
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    top_k: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = off; beyond the vocabulary: all")
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     ignore_eos: bool = False
 
@@ -233,9 +237,9 @@ class CompletionRequest(Request):
     @model_validator(mode="after")
     def _supported(self) -> CompletionRequest:
         if self.best_of is not None and self.best_of != self.n:
-            raise ValueError("best_of different from n is not supported")
+            raise FieldError("best_of", f"only best_of == n ({self.n}) is supported, got {self.best_of}")
         if self.max_tokens == 0 and not self.echo:
-            raise ValueError("max_tokens 0 is only meaningful with echo (scoring the prompt)")
+            raise FieldError("max_tokens", "0 is only meaningful with echo (scoring the prompt)")
         return self
 
 
@@ -271,7 +275,7 @@ class ClassifyRequest(Request):
         description='one text, a list of texts, or sentence pairs: [["premise", "hypothesis"], ...]'
     )
     model: ModelName
-    top_k: int | None = Field(None, ge=1, description="also list the k most likely labels")
+    top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="also list the k most likely labels")
     return_attention: bool = Field(False, description="self-attention per layer and head")
 
 

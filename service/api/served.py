@@ -4,6 +4,7 @@ as the protocols that name no model — TGI, vLLM's tokenizer routes — are abo
 from __future__ import annotations
 
 from service.api.errors import ApiError
+from service.engine.errors import ModelNotLoaded
 from service.engine.classification import ClassificationService
 from service.engine.engine import Engine
 from service.engine.generation_service import GenerationService
@@ -25,5 +26,5 @@ def service_named(engine: Engine, name: str | None, field: str = "model") -> Ser
         return next(iter(by_name.values()))
     if name not in by_name:
         served = ", ".join(repr(n) for n in by_name)
-        raise ApiError(404, "model_not_found", f"model {name!r} is not served here; served: {served}", field)
+        raise ModelNotLoaded(f"model {name!r} is not served here; served: {served}", field)  # as the engine's
     return by_name[name]

@@ -3,9 +3,13 @@ temperature, top-k, top-p, a seeded draw, and logprobs; float32, one pass per st
 
 Each row's settings and token counts are arrays indexed by batch row (`ChooserRows`), taken and stacked
 with the batch. The uniform number a row draws at its step t is a splitmix64 hash of (seed, t): it
-depends on nothing else in the batch, so a request draws the same tokens alone or batched. The draw
-walks the kept tokens in vocabulary order, so logits that differ by 1e-6 between batch shapes do not
-reorder candidates. Logprobs are those of the model (raw logits), computed only for rows that ask.
+depends on nothing else in the batch, and every row is computed as if alone, so a row given the same
+logits chooses the same token in any batch. The model's logits themselves differ in their last bits
+between batch shapes (ONNX Runtime sums in another order); the draw walks the kept tokens in vocabulary
+order, so such noise cannot reorder candidates: it only moves the boundaries between neighbouring
+tokens' cumulative mass, and a draw whose uniform lies within the noise of a boundary takes the
+neighbour (README, "Generate"). Logprobs are those of the model (raw logits), computed only for rows
+that ask.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ class ChooserRows(RowArrays):
         asked = list(logprobs) or [None] * B
         return cls(
             temperature=column([p.temperature for p in params], np.float32),
-            top_k=column([p.top_k for p in params], np.int64),
+            top_k=column([min(p.top_k, V) for p in params], np.int64),  # k >= V keeps all: any int fits int64
             top_p=column([p.top_p for p in params], np.float32),
             repetition=column([p.repetition_penalty for p in params], np.float32),
             presence=column([p.presence_penalty for p in params], np.float32),

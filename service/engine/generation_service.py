@@ -82,7 +82,18 @@ class GenerationService(TaskService[GenerationSequence]):
     def max_prompt_tokens(self) -> int:
         return min(self.settings.max_input_tokens, self.artifact.max_positions - 1)
 
-    def tokenize(self, prompt: str | list[int], field: str, truncate: int | None = None) -> list[int]:
+    @property
+    def max_scored_tokens(self) -> int:
+        """A prompt that is only scored (echo, max_tokens 0) may fill the context: no position is left to
+        generate into."""
+        return min(self.settings.max_input_tokens, self.artifact.max_positions)
+
+    def tokenize(
+        self, prompt: str | list[int], field: str, truncate: int | None = None, limit: int | None = None
+    ) -> list[int]:
+        """The prompt's ids, refused (never cut) beyond `limit` (default max_prompt_tokens): only TGI's
+        explicit `truncate` drops tokens, from the start."""
+        limit = self.max_prompt_tokens if limit is None else limit
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt).ids
         else:
@@ -96,27 +107,28 @@ class GenerationService(TaskService[GenerationSequence]):
             ids = ids[-truncate:]
         if not ids:
             raise InvalidInput("the prompt is empty", field)
-        if len(ids) > self.max_prompt_tokens:
-            raise InvalidInput(f"the prompt has {len(ids)} tokens; the limit is {self.max_prompt_tokens}", field)
+        if len(ids) > limit:
+            raise InvalidInput(f"the prompt has {len(ids)} tokens; the limit is {limit}", field)
         return ids
 
     def new_tokens(self, prompt_ids: list[int], requested: int | None) -> int:
-        """The request's max_new_tokens: checked against the server cap; more than the model's context has
-        room for is clamped to that room (the sequence ends with finish_reason "length"), unless
-        SERVE_STRICT_MAX_TOKENS makes it a 422."""
+        """The request's max_new_tokens. More than the model's context has room for is clamped to that room
+        (the sequence ends with finish_reason "length"), unless SERVE_STRICT_MAX_TOKENS makes it a 422.
+        The clamp comes before the server cap (SERVE_MAX_NEW_TOKENS): a budget beyond the context means "as
+        much as fits", and only what fits must be within the cap."""
         room = self.artifact.max_positions - len(prompt_ids)
         if requested is None:
             return max(1, min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens, room))
+        if requested > room:
+            if self.settings.strict_max_tokens:
+                raise InvalidInput(
+                    f"the prompt ({len(prompt_ids)} tokens) plus {requested} new tokens exceeds the model's "
+                    f"context of {self.artifact.max_positions} positions (SERVE_STRICT_MAX_TOKENS)",
+                    "max_new_tokens",
+                )
+            requested = room  # as vLLM/OpenAI clients expect: fill the context, "length"
         if requested > self.settings.max_new_tokens:
             raise InvalidInput(f"must be <= {self.settings.max_new_tokens} (SERVE_MAX_NEW_TOKENS)", "max_new_tokens")
-        if requested > room:
-            if not self.settings.strict_max_tokens:  # as vLLM/OpenAI clients expect: fill the context, "length"
-                return room
-            raise InvalidInput(
-                f"the prompt ({len(prompt_ids)} tokens) plus {requested} new tokens exceeds the model's "
-                f"context of {self.artifact.max_positions} positions (SERVE_STRICT_MAX_TOKENS)",
-                "max_new_tokens",
-            )
         return requested
 
     def sequence(self, prompt_ids: list[int], params: GenerationParams) -> GenerationSequence:
@@ -154,7 +166,8 @@ class GenerationService(TaskService[GenerationSequence]):
 
     def submit(self, job: GenerationJob) -> GenerationHandle:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
-        prompt_ids = [self.tokenize(p, f, job.truncate) for p, f in zip(job.prompts, job.fields, strict=True)]
+        limit = self.max_scored_tokens if job.max_new_tokens == 0 else self.max_prompt_tokens
+        prompt_ids = [self.tokenize(p, f, job.truncate, limit) for p, f in zip(job.prompts, job.fields, strict=True)]
         sequences = self._sequences(job, prompt_ids)
         many = "n" if job.n > 1 else list_field(job.fields)
         deadline = self.deadline()
