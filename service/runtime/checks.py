@@ -33,6 +33,8 @@ from service.contract.names import (
 from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
 from service.runtime.golden import (
     CONFIG,
+    CPU_TOLERANCE,
+    DEVICE_TOLERANCE,
     FILES,
     GOLDEN_FILE,
     SAMPLE_TEXTS,
@@ -112,8 +114,8 @@ def _check_recorded_files(sessions: Mapping[str, GraphSession], recorded: Mappin
 
 
 def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSession]) -> None:
-    """Each graph's outputs for golden.json's inputs (an int8 graph: their shapes; its record is the
-    float graph's)."""
+    """Each graph's outputs for golden.json's inputs, recorded on the CPU (an int8 graph: their shapes;
+    its record is the float graph's)."""
     for role, session in sessions.items():
         recorded = (artifact.golden or {}).get(role)
         if not recorded:
@@ -121,8 +123,11 @@ def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSess
         names = [name for name in recorded if session.has_output(name)]
         feeds = golden_inputs(artifact.vocab_size, artifact.graphs[role].inputs)
         outputs = _run(artifact, session, feeds, names, f"{GOLDEN_FILE}'s {role} input")
+        tolerance = CPU_TOLERANCE if session.device == "cpu" else DEVICE_TOLERANCE
+        if session.quantization == "int8":
+            tolerance = None
         for name in names:
-            difference = output_difference(to_numpy(outputs[name]), recorded[name], session.quantization != "int8")
+            difference = output_difference(to_numpy(outputs[name]), recorded[name], tolerance)
             if difference:
                 raise ArtifactError(
                     f"{session.file}: {name} for {GOLDEN_FILE}'s input has {difference} at export (a changed "

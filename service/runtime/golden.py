@@ -44,9 +44,10 @@ SAMPLE_TEXTS = (
 SAMPLE_PAIRS = (("The plot is thin.", "The acting saves it."),)  # classification: the second segment's type ids
 CONFIG_FIELDS = ("vocab_size", "max_positions", "special_tokens", "labels", "dims")
 
-# Start-up runs may differ from the export's run in threads, provider (CUDA's TF32 matmuls) and fusions:
-# allow 1% of each value plus 2% of the output's mean magnitude. A replaced or corrupted graph is far off.
-RTOL, SCALE_TOL = 1e-2, 2e-2
+# (relative, share of the output's mean magnitude) a start-up run may differ by from the export's CPU run:
+# threads and fusions on the CPU; on CUDA also its kernels (TF32 matmuls by default), never measured here,
+# so 5x looser. A replaced or corrupted graph is far off either way (the files' sha256 catches the rest).
+CPU_TOLERANCE, DEVICE_TOLERANCE = (1e-2, 2e-2), (5e-2, 1e-1)
 
 
 class InputSpec(Protocol):
@@ -97,21 +98,24 @@ def summarize(array: np.ndarray) -> dict[str, Any]:
             "abs_sum": float(np.abs(flat).sum())}
 
 
-def output_difference(array: np.ndarray, recorded: Mapping[str, Any], values: bool = True) -> str | None:
-    """How ``array`` differs from its recorded summary beyond run-to-run noise, or None.
-    ``values=False`` compares the shape only (an int8 graph against its float graph's record)."""
+def output_difference(
+    array: np.ndarray, recorded: Mapping[str, Any], tolerance: tuple[float, float] | None = CPU_TOLERANCE
+) -> str | None:
+    """How ``array`` differs from its recorded summary beyond ``tolerance``, or None. ``tolerance=None``
+    compares the shape only (an int8 graph against its float graph's record)."""
     if list(array.shape) != list(recorded["shape"]):
         return f"shape {list(array.shape)}, recorded {recorded['shape']}"
-    if not values:
+    if tolerance is None:
         return None
+    rtol, scale_tol = tolerance
     flat = array.reshape(-1).astype(np.float64)
     head = np.asarray(recorded["head"], dtype=np.float64)
     scale = float(recorded["abs_sum"]) / max(1, flat.size)  # the output's mean magnitude
     abs_sum = float(np.abs(flat).sum())
     # NaN compares false: a graph that returns NaN differs.
-    if not np.allclose(flat[: head.size], head, rtol=RTOL, atol=SCALE_TOL * scale):
+    if not np.allclose(flat[: head.size], head, rtol=rtol, atol=scale_tol * scale):
         return f"first values {np.round(flat[: head.size], 4).tolist()}, recorded {np.round(head, 4).tolist()}"
-    if not abs(abs_sum - float(recorded["abs_sum"])) <= RTOL * float(recorded["abs_sum"]) + SCALE_TOL * scale:
+    if not abs(abs_sum - float(recorded["abs_sum"])) <= rtol * float(recorded["abs_sum"]) + scale_tol * scale:
         return f"sum of magnitudes {abs_sum:.6g}, recorded {float(recorded['abs_sum']):.6g}"
     return None
 

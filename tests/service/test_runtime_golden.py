@@ -202,3 +202,21 @@ def test_the_add_command_records_what_the_export_did(tiny_artifacts: Path, tmp_p
     _edit_json(GOLDEN_FILE, lambda g: [g.pop(s) for s in (TOKENIZER, CONFIG, FILES)])(folder)
     add_records(folder)
     assert read_golden(folder) == exported
+
+
+def test_recorded_outputs_allow_run_to_run_noise_and_nothing_more() -> None:
+    import numpy as np
+
+    from service.runtime.golden import CPU_TOLERANCE, DEVICE_TOLERANCE, output_difference, summarize
+
+    logits = np.random.default_rng(0).standard_normal((2, 4, 50)).astype(np.float32) * 3
+    recorded = summarize(logits)
+    assert output_difference(logits * 1.002, recorded, CPU_TOLERANCE) is None  # threads, fusions
+    assert output_difference(logits * 1.03, recorded, CPU_TOLERANCE) is not None
+    assert output_difference(logits * 1.03, recorded, DEVICE_TOLERANCE) is None  # another provider's kernels
+    assert output_difference(np.roll(logits, 1), recorded, DEVICE_TOLERANCE) is not None  # another graph
+    nan = logits.copy()
+    nan[0, 0, 0] = np.nan
+    assert output_difference(nan, recorded, DEVICE_TOLERANCE) is not None
+    assert output_difference(np.roll(logits, 1), recorded, None) is None  # int8: the shape only
+    assert output_difference(logits[:1], recorded, None) is not None
