@@ -1,30 +1,29 @@
 """lm-evaluation-harness (`local-completions`, default tokenizer backend, which finds the server's
-/tokenizer_info and /tokenize) on two small local tasks from JSONL files: perplexity
-(loglikelihood_rolling) and multiple choice. Its numbers must match the generator's own, computed the
-same way (same windows, same token boundaries) with ONNX Runtime directly on the exported graph."""
+/tokenizer_info and /tokenize) on three small local tasks from JSONL files: perplexity
+(loglikelihood_rolling), multiple choice and continuation (generate_until), run as the README says
+(tests/clients/lm_eval_scores.py). Its numbers must match the generator's own, computed the same way
+(same windows, same token boundaries) with ONNX Runtime directly on the exported graph; generate_until
+prompts must reach the server whole; the README's figures must be this run's."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import lm_eval
 import numpy as np
 import onnxruntime as ort
 import pytest
-from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tokenizers import Tokenizer
 
+from tests.clients import lm_eval_scores
 from tests.clients.conftest import Server
+from tests.clients.lm_eval_scores import TASKS, Evaluation
 from tests.conftest import REAL_ARTIFACTS
 
-TASKS = Path(__file__).resolve().parent / "lm_eval_tasks"
 GENERATOR = REAL_ARTIFACTS / "generator"
 
 
@@ -78,33 +77,13 @@ def reference() -> Reference:
 
 
 @pytest.fixture(scope="module")
-def evaluation(server: Server, tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Iterator[dict]:
-    """One lm-eval run of both tasks. The datasets load from the JSONL files beside the YAML (relative
-    paths: run from that folder) and nothing may come from a hub."""
-    cache = tmp_path_factory.mktemp("hf-cache")
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(cache), "HF_HOME": str(cache)}
-    saved = {k: os.environ.get(k) for k in env}
-    cwd = Path.cwd()
-    os.environ.update(env)
-    os.chdir(TASKS)
-    try:
-        yield lm_eval.simple_evaluate(
-            model="local-completions",
-            model_args=f"base_url={server.url}/v1/completions,model=generator,max_length={reference.max_positions}",
-            tasks=["sotu_perplexity", "sotu_choice"],
-            task_manager=TaskManager(include_path=str(TASKS)),
-            log_samples=True,
-        )
-    finally:
-        os.chdir(cwd)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def run(server: Server, tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Evaluation:
+    """One lm-eval run of the three tasks, with the README's model arguments."""
+    return lm_eval_scores.evaluate(server.url, reference.max_positions, tmp_path_factory.mktemp("hf-cache"))
 
 
-def test_perplexity_matches_the_generator(evaluation: dict, reference: Reference) -> None:
+def test_perplexity_matches_the_generator(run: Evaluation, reference: Reference) -> None:
+    evaluation = run.scoring
     lm_max = reference.max_positions - 1
     docs = [json.loads(line)["text"] for line in (TASKS / "sotu_test.jsonl").read_text().splitlines()]
     ours = [reference.rolling(doc, lm_max) for doc in docs]
@@ -128,7 +107,8 @@ def test_perplexity_matches_the_generator(evaluation: dict, reference: Reference
     )
 
 
-def test_multiple_choice_matches_the_generator(evaluation: dict, reference: Reference) -> None:
+def test_multiple_choice_matches_the_generator(run: Evaluation, reference: Reference) -> None:
+    evaluation = run.scoring
     lm_max = reference.max_positions - 1
     docs = [json.loads(line) for line in (TASKS / "sotu_choice.jsonl").read_text().splitlines()]
     samples = sorted(evaluation["samples"]["sotu_choice"], key=lambda s: s["doc_id"])
@@ -150,3 +130,20 @@ def test_multiple_choice_matches_the_generator(evaluation: dict, reference: Refe
     assert metrics["acc,none"] == pytest.approx(correct / len(docs))
     assert metrics["acc_norm,none"] == pytest.approx(correct_norm / len(docs))
     print(f"\nlm-eval sotu_choice: acc {metrics['acc,none']:.3f}, acc_norm {metrics['acc_norm,none']:.3f} (chance 0.25)")
+
+
+def test_generate_until_prompts_arrive_whole(run: Evaluation, reference: Reference) -> None:
+    """lm-eval cuts each generate_until prompt to max_length - 1 - max_gen_toks tokens from its end, and with
+    its default max_gen_toks (256, the whole context) to [1:]: the README's arguments must leave room."""
+    sent = sum(len(reference.encode(c)) for c in lm_eval_scores.contexts())
+    assert run.prompt_tokens_received == sent
+    assert len(run.generation["samples"][lm_eval_scores.GENERATION_TASK]) == len(lm_eval_scores.contexts())
+
+
+def test_the_readme_shows_this_run(run: Evaluation, reference: Reference) -> None:
+    """The README's command is the one tested, and its figures are this generator's (they were written by
+    `python -m tests.clients.lm_eval_scores --readme`, never by hand)."""
+    readme = (lm_eval_scores.REPO / "README.md").read_text()
+    assert lm_eval_scores.model_args("http://localhost:8000", reference.max_positions) in readme
+    expected = lm_eval_scores.readme_block(lm_eval_scores.figures(run))
+    assert lm_eval_scores.readme_figures_block(readme) == expected, "run python -m tests.clients.lm_eval_scores --readme"
