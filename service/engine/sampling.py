@@ -1,7 +1,7 @@
 """A request's sampling settings (the batch-wide token choice is `service.engine.chooser`).
 
-The seed belongs to the request, never to the batch, so a request draws the same tokens whether it runs
-alone or next to others.
+The seed belongs to the request, never to the batch, so a request draws the same random numbers whether
+it runs alone or next to others (service/engine/chooser.py says what that guarantees about its tokens).
 """
 
 from __future__ import annotations
