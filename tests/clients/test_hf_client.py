@@ -56,3 +56,10 @@ def test_errors_surface(client: InferenceClient) -> None:
     with pytest.raises(HfHubHTTPError) as bad:
         client.text_generation("x", max_new_tokens=5, top_p=0.0)
     assert bad.value.response.status_code == 422
+
+
+def test_huge_top_k_is_a_422_naming_it(client: InferenceClient) -> None:
+    with pytest.raises(HfHubHTTPError) as bad:
+        client.text_generation("x", max_new_tokens=2, top_k=2**63)
+    assert bad.value.response.status_code == 422
+    assert bad.value.response.json()["error"]["field"] == "parameters.top_k"

@@ -76,3 +76,20 @@ def test_request_ids_reach_the_json_log(client: openai.OpenAI, server: Server) -
     lines = [json.loads(line) for line in server.log_lines() if line.startswith("{")]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     assert any(line.get("request_id") == "sdk-test-1" for line in lines)  # uvicorn's access line
+
+
+
+def test_field_errors_name_the_sdk_argument(client: openai.OpenAI) -> None:
+    """best_of (a cross-field check) and a top_k past int64 (a 500 once) are 422s naming the argument; a
+    max_tokens beyond the context is clamped (it was a 422 naming max_new_tokens); a prompt that fills the
+    context can be scored (it was refused)."""
+    with pytest.raises(openai.UnprocessableEntityError) as best_of:
+        client.completions.create(model="generator", prompt="x", max_tokens=2, best_of=3)
+    assert best_of.value.param == "best_of"
+    with pytest.raises(openai.UnprocessableEntityError) as top_k:
+        client.completions.create(model="generator", prompt="x", max_tokens=2, extra_body={"top_k": 2**63})
+    assert top_k.value.param == "top_k"
+    clamped = client.completions.create(model="generator", prompt="x", max_tokens=2000, extra_body={"ignore_eos": True})
+    assert clamped.choices[0].finish_reason == "length" and clamped.usage.total_tokens == 256
+    echo = client.completions.create(model="generator", prompt=[5] * 256, max_tokens=0, echo=True, logprobs=1)
+    assert len(echo.choices[0].logprobs.token_logprobs) == 256
