@@ -8,7 +8,8 @@ out-of-range row fails its whole batch) or answering them wrongly (a swapped tok
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,7 @@ def check_artifact(
     # merely disagrees with it.
     _check_recorded_config(artifact)
     _check_recorded_tokenizer(artifact, tokenizer)
-    _check_recorded_files(sessions, (artifact.golden or {}).get(FILES, {}))
+    _check_recorded_files(artifact, sessions)
     for role, session in sessions.items():
         _check_io(artifact, role, session)
     _check_tokenizer(artifact, tokenizer)
@@ -91,22 +92,42 @@ def _config_fields(artifact: Artifact) -> dict[str, Any]:
     return fields
 
 
+@contextmanager
+def _readable(artifact: Artifact, section: str) -> Iterator[None]:
+    """A golden.json section that is valid JSON but not what the export writes: one line naming it."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ArtifactError(
+            f"{artifact.folder / GOLDEN_FILE}: its {section} section is malformed ({type(exc).__name__}: {exc})"
+        ) from None
+
+
 def _check_recorded_config(artifact: Artifact) -> None:
     recorded = (artifact.golden or {}).get(CONFIG)
-    if recorded is not None and (difference := config_difference(_config_fields(artifact), recorded)):
+    if recorded is None:
+        return
+    with _readable(artifact, CONFIG):
+        difference = config_difference(_config_fields(artifact), recorded)
+    if difference:
         raise ArtifactError(f"{_config(artifact)}: {difference} at export; this config is not the model's")
 
 
 def _check_recorded_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
     recorded = (artifact.golden or {}).get(TOKENIZER)
-    if recorded is not None and (difference := tokenizer_difference(tokenizer, recorded, artifact.special_tokens)):
+    if recorded is None:
+        return
+    with _readable(artifact, TOKENIZER):
+        difference = tokenizer_difference(tokenizer, recorded, artifact.special_tokens)
+    if difference:
         raise ArtifactError(
             f"{artifact.tokenizer_file}: {difference} in {GOLDEN_FILE} at export; this is not the tokenizer the "
             "model was exported with"
         )
 
 
-def _check_recorded_files(sessions: Mapping[str, GraphSession], recorded: Mapping[str, str]) -> None:
+def _check_recorded_files(artifact: Artifact, sessions: Mapping[str, GraphSession]) -> None:
+    recorded = (artifact.golden or {}).get(FILES, {})
     for session in sessions.values():
         digest = recorded.get(session.file.name)
         if digest is not None and file_digest(session.file) != digest:
@@ -127,7 +148,8 @@ def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSess
         if session.quantization == "int8":
             tolerance = None
         for name in names:
-            difference = output_difference(to_numpy(outputs[name]), recorded[name], tolerance)
+            with _readable(artifact, role):
+                difference = output_difference(to_numpy(outputs[name]), recorded[name], tolerance)
             if difference:
                 raise ArtifactError(
                     f"{session.file}: {name} for {GOLDEN_FILE}'s input has {difference} at export (a changed "

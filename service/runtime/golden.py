@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
+from service.contract.kinds import CLASSIFICATION
 from service.contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS
 
 GOLDEN_FILE = "golden.json"
@@ -153,7 +154,7 @@ def encode_sample(tokenizer: Tokenizer, text: str | Sequence[str]) -> dict[str, 
 
 def record_tokenizer(tokenizer: Tokenizer, task: str, special_tokens: Mapping[str, int]) -> dict[str, Any]:
     """golden.json's tokenizer section for a tokenizer loaded as the server loads it (Artifact.load_tokenizer)."""
-    texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if task == "classification" else ())]
+    texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if task == CLASSIFICATION.name else ())]
     return {
         "samples": [encode_sample(tokenizer, text) for text in texts],
         "special_tokens": {role: tokenizer.id_to_token(token_id) for role, token_id in special_tokens.items()},
@@ -166,7 +167,9 @@ def record_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {field: config[field] for field in CONFIG_FIELDS if field in config}
 
 
-def tokenizer_difference(tokenizer: Tokenizer, recorded: Mapping[str, Any], special_tokens: Mapping[str, int]) -> str | None:
+def tokenizer_difference(
+    tokenizer: Tokenizer, recorded: Mapping[str, Any], special_tokens: Mapping[str, int]
+) -> str | None:
     """How ``tokenizer`` differs from its recorded section, or None."""
     for sample in recorded.get("samples", []):
         got = encode_sample(tokenizer, sample["text"])

@@ -220,3 +220,21 @@ def test_recorded_outputs_allow_run_to_run_noise_and_nothing_more() -> None:
     assert output_difference(nan, recorded, DEVICE_TOLERANCE) is not None
     assert output_difference(np.roll(logits, 1), recorded, None) is None  # int8: the shape only
     assert output_difference(logits[:1], recorded, None) is not None
+
+
+@pytest.mark.parametrize("section", [TOKENIZER, "decoder"])
+def test_a_malformed_golden_section_is_named(
+    make_settings: Callable[..., Settings], tiny_root: Path, section: str
+) -> None:
+    """Valid JSON, but not what the export writes: one line naming golden.json, not a traceback."""
+    folder = _copy(tiny_root.parent / "tiny", tiny_root, "generator")
+
+    def malform(golden: dict[str, Any]) -> None:
+        if section == TOKENIZER:
+            golden[section]["samples"][0].pop("ids")
+        else:
+            golden[section]["logits"] = {"head": "x"}
+
+    _edit_json(GOLDEN_FILE, malform)(folder)
+    message = _refusal(make_settings, tiny_root, "generator")
+    assert message.startswith(f"{folder / GOLDEN_FILE}: its {section} section is malformed"), message
