@@ -57,15 +57,18 @@ ORT_DTYPES = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "
 def check_artifact(
     artifact: Artifact, sessions: Mapping[str, GraphSession], tokenizer: Tokenizer, max_input_tokens: int
 ) -> None:
-    # The recorded fields and files first, so a mismatch names the file that changed, not one that
-    # merely disagrees with it.
-    _check_recorded_config(artifact)
+    # Each check names the file it finds at fault, so the order matters: the tokenizer and the graph files
+    # against their records first (neither record depends on config.json); then config.json against the
+    # graphs (which say most precisely what is wrong with it), against its record, and its special tokens
+    # against the tokenizer (for artifacts without records).
     _check_recorded_tokenizer(artifact, tokenizer)
     _check_recorded_files(artifact, sessions)
     for role, session in sessions.items():
         _check_io(artifact, role, session)
-    _check_tokenizer(artifact, tokenizer)
+    _check_vocabulary(artifact, tokenizer)
     cross = _probe(artifact, sessions, max_input_tokens)
+    _check_recorded_config(artifact)
+    _check_special_tokens(artifact, tokenizer)
     _check_recorded_outputs(artifact, sessions)  # before the next probe: a graph that returns NaN is the graph's fault
     if DECODER in sessions and artifact.graphs[DECODER].keeps_last_logits:
         _probe_logits_to_keep(artifact, sessions[DECODER], cross)
@@ -118,7 +121,7 @@ def _check_recorded_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
     if recorded is None:
         return
     with _readable(artifact, TOKENIZER):
-        difference = tokenizer_difference(tokenizer, recorded, artifact.special_tokens)
+        difference = tokenizer_difference(tokenizer, recorded)
     if difference:
         raise ArtifactError(
             f"{artifact.tokenizer_file}: {difference} in {GOLDEN_FILE} at export; this is not the tokenizer the "
@@ -212,7 +215,7 @@ def _check_io(artifact: Artifact, role: str, session: GraphSession) -> None:
                 )
 
 
-def _check_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
+def _check_vocabulary(artifact: Artifact, tokenizer: Tokenizer) -> None:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > artifact.vocab_size:
         tokenizer_file = artifact.tokenizer_file.name
@@ -224,7 +227,6 @@ def _check_tokenizer(artifact: Artifact, tokenizer: Tokenizer) -> None:
         raise ArtifactError(
             f"{_config(artifact)}: special_tokens {bad} are outside the vocabulary (vocab_size {artifact.vocab_size})"
         )
-    _check_special_tokens(artifact, tokenizer)
 
 
 def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:

@@ -157,7 +157,9 @@ def record_tokenizer(tokenizer: Tokenizer, task: str, special_tokens: Mapping[st
     texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if task == CLASSIFICATION.name else ())]
     return {
         "samples": [encode_sample(tokenizer, text) for text in texts],
-        "special_tokens": {role: tokenizer.id_to_token(token_id) for role, token_id in special_tokens.items()},
+        # id and token, not the id alone: checking the tokenizer needs nothing from config.json
+        "special_tokens": {role: {"id": token_id, "token": tokenizer.id_to_token(token_id)}
+                           for role, token_id in special_tokens.items()},
         "vocab_sha256": vocab_digest(tokenizer),
     }
 
@@ -167,9 +169,7 @@ def record_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {field: config[field] for field in CONFIG_FIELDS if field in config}
 
 
-def tokenizer_difference(
-    tokenizer: Tokenizer, recorded: Mapping[str, Any], special_tokens: Mapping[str, int]
-) -> str | None:
+def tokenizer_difference(tokenizer: Tokenizer, recorded: Mapping[str, Any]) -> str | None:
     """How ``tokenizer`` differs from its recorded section, or None."""
     for sample in recorded.get("samples", []):
         got = encode_sample(tokenizer, sample["text"])
@@ -179,9 +179,9 @@ def tokenizer_difference(
         decoded = tokenizer.decode(sample["ids"], skip_special_tokens=True)
         if decoded != sample["decoded"]:
             return f"decodes {sample['text']!r}'s ids as {decoded!r}, recorded {sample['decoded']!r}"
-    for role, token in recorded.get("special_tokens", {}).items():
-        token_id = special_tokens.get(role)
-        if token_id is not None and tokenizer.id_to_token(token_id) != token:
+    for role, special in recorded.get("special_tokens", {}).items():
+        token_id, token = special["id"], special["token"]
+        if tokenizer.id_to_token(token_id) != token:
             return f"special token {role} (id {token_id}) is {tokenizer.id_to_token(token_id)!r}, recorded {token!r}"
     digest = recorded.get("vocab_sha256")
     if digest is not None and vocab_digest(tokenizer) != digest:
@@ -190,10 +190,16 @@ def tokenizer_difference(
 
 
 def config_difference(config: Mapping[str, Any], recorded: Mapping[str, Any]) -> str | None:
-    """The first config.json field that differs from its recorded value, or None."""
+    """The first config.json field (or field.key, in special_tokens and dims) that differs from its recorded
+    value, or None."""
     for field, value in recorded.items():
-        if config.get(field) != value:
-            return f"{field} is {json.dumps(config.get(field))}, but golden.json recorded {json.dumps(value)}"
+        got = config.get(field)
+        if got == value:
+            continue
+        if isinstance(got, dict) and isinstance(value, dict):
+            key = next(k for k in [*value, *got] if got.get(k) != value.get(k))
+            field, got, value = f"{field}.{key}", got.get(key), value.get(key)
+        return f"{field} is {json.dumps(got)}, but {GOLDEN_FILE} recorded {json.dumps(value)}"
     return None
 
 
