@@ -22,6 +22,7 @@ from service.api.openai_errors import OpenAIErrorMiddleware
 from service.api.openapi import install_openapi
 from service.api.playground import install_playground
 from service.api.schemas import ErrorResponse
+from service.api.security_headers import SecurityHeadersMiddleware
 from service.api.tracing import RequestContextMiddleware
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             allow_headers=["*"],
             expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time", "retry-after"],
         )
+    app.add_middleware(SecurityHeadersMiddleware)  # outermost of all: every response carries them
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
     for module in (translate, generate, completions, classify, hf, models, tokenizer):
         app.include_router(module.router, responses=ERRORS)  # type: ignore[arg-type]

@@ -20,7 +20,8 @@ ASSETS_URL = "/docs/assets"  # under /docs, so SERVE_PUBLIC_DOCS opens it togeth
 # (The pages' own scripts are inline; ReDoc runs its search in a blob: worker.)
 CSP = (
     "default-src 'self'; script-src 'self' 'unsafe-inline' blob:; worker-src 'self' blob:; "
-    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:"
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 )
 
 

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.allow import allowed_methods
 from service.engine.errors import (
     EngineError,
     InferenceFailed,
@@ -188,10 +189,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return engine_error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(
-            exc.status_code, HTTP_TYPES.get(exc.status_code, "http_error"), str(exc.detail), headers=exc.headers
-        )
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = exc.headers
+        if exc.status_code == 405:  # every method of the path, not only those of its first route
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        kind = HTTP_TYPES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, kind, str(exc.detail), headers=headers)
 
 
 def log_internal_error(exc: BaseException, where: str) -> None:

@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
-from service.api.schemas import MAX_SEED, MAX_TOP_K, NonEmptyText, TranslateRequest
+from service.api.json_numbers import integral_floats_as_ints
+from service.api.schemas import MAX_SEED, MAX_TOP_K, NonEmptyText, Text, TranslateRequest
 from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.translate import translation_params
@@ -46,6 +47,11 @@ class _Lenient(BaseModel):
     """TGI and the Inference API ignore fields they do not know; types are still checked strictly."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        return integral_floats_as_ints(data)  # 1.0 is an integer in JSON Schema, and so here
 
 
 class TgiParameters(_Lenient):
@@ -80,14 +86,22 @@ class TgiParameters(_Lenient):
 
 
 class TgiRequest(_Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"inputs": "In the beginning", "parameters": {"max_new_tokens": 16, "do_sample": True, "seed": 42}}
+            ]
+        }
+    )
+
     inputs: NonEmptyText
     parameters: TgiParameters = Field(default_factory=TgiParameters)
     stream: bool = False
 
 
 class TextPair(_Lenient):
-    text: NonEmptyText
-    text_pair: NonEmptyText
+    text: Text
+    text_pair: Text
 
 
 class ClassificationParameters(_Lenient):
@@ -96,17 +110,25 @@ class ClassificationParameters(_Lenient):
 
 
 class ClassificationRequest(_Lenient):
-    inputs: NonEmptyText | TextPair | Annotated[list[NonEmptyText | TextPair], Field(min_length=1)]
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"inputs": "A wonderful, moving film.", "parameters": {"top_k": 2}}]}
+    )
+
+    inputs: Text | TextPair | Annotated[list[Text | TextPair], Field(min_length=1)]
     parameters: ClassificationParameters = Field(default_factory=ClassificationParameters)
 
 
-class TranslationGenerateParameters(_Lenient):
-    """Passed on to /v1/translate's request (its defaults and limits apply)."""
+_TRANSLATE = TranslateRequest.model_fields
 
-    max_new_tokens: int | None = None
-    num_beams: int | None = None
-    length_penalty: float | None = None
-    no_repeat_ngram_size: int | None = None
+
+class TranslationGenerateParameters(_Lenient):
+    """Passed on to /v1/translate's request (its defaults apply); its bounds, stated here too, so that the
+    OpenAPI document has them."""
+
+    max_new_tokens: Annotated[int | None, *_TRANSLATE["max_new_tokens"].metadata] = None
+    num_beams: Annotated[int | None, *_TRANSLATE["num_beams"].metadata] = None
+    length_penalty: Annotated[float | None, *_TRANSLATE["length_penalty"].metadata] = None
+    no_repeat_ngram_size: Annotated[int | None, *_TRANSLATE["no_repeat_ngram_size"].metadata] = None
 
 
 class TranslationParameters(_Lenient):
@@ -116,7 +138,13 @@ class TranslationParameters(_Lenient):
 
 
 class TranslationRequest(_Lenient):
-    inputs: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)]
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"inputs": "The Lord is my shepherd.", "parameters": {"generate_parameters": {"num_beams": 4}}}]
+        }
+    )
+
+    inputs: Text | Annotated[list[Text], Field(min_length=1)]
     parameters: TranslationParameters = Field(default_factory=TranslationParameters)
 
 
@@ -299,6 +327,14 @@ async def _translate(translator: TranslationService, body: TranslationRequest, r
     return [{"translation_text": r.hypotheses[0].text} for r in results]
 
 
+# The body of POST / and POST /models/{name}, by the model's task (service/api/openapi.py documents it).
+DISPATCH_BODIES: dict[str, type[BaseModel]] = {
+    "generation": TgiRequest,
+    "classification": ClassificationRequest,
+    "translation": TranslationRequest,
+}
+
+
 async def _dispatch(service: Service, payload: Any, request: Request) -> Any:
     if isinstance(service, GenerationService):
         return await _tgi(service, _validated(TgiRequest, payload), request, as_list=True)
@@ -313,12 +349,14 @@ _PAYLOAD = Body(
 )
 
 
-@router.post("/", summary="The default model (the generator where loaded), by its task")
+@router.post("/", summary="The default model (the generator where loaded), by its task", responses=TGI_STREAM_DOC)
 async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
     return await _dispatch(service_named(engine, None), payload, request)
 
 
-@router.post("/models/{name}", summary="One model, by its task (the Inference API's URL shape)")
+@router.post(
+    "/models/{name}", summary="One model, by its task (the Inference API's URL shape)", responses=TGI_STREAM_DOC
+)
 async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
     return await _dispatch(service_named(engine, name, field="name"), payload, request)
 

@@ -1,25 +1,142 @@
-"""The OpenAPI document with the limits that depend on the loaded models (known only after start-up)."""
+"""The OpenAPI document: what FastAPI builds from the code, plus what only the server knows. Every request
+the document calls valid is one the server takes (schemathesis checks it in tests/reliability/contract.py),
+and every example succeeds as shown (tests/clients/test_playground.py runs each one from /docs).
+
+- The Inference API's dispatch routes (POST / and POST /models/{name}) read their body as plain JSON and
+  validate it by the model's task: the document states those bodies.
+- Known only after start-up, from the loaded models: the model names (enums, and the names in the
+  examples), the classifier's label count (top_k's maximum), the limits of service/api/openapi_limits.py,
+  the task of POST /'s default model, and one POST /models/<name> operation per served model (a body valid
+  for one task is refused by another, which one templated operation cannot state)."""
 
 from __future__ import annotations
 
+import copy
+import re
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic.json_schema import models_json_schema
+
+from service.api.hf import DISPATCH_BODIES
+from service.api.openapi_limits import add_runtime_limits
+from service.api.served import services
+from service.engine.engine import Engine
+
+REF = "#/components/schemas/{model}"
+DISPATCH_PATHS = ("/", "/models/{name}")
+# The request bodies with a `model` field, and the task whose models it names (None: any model).
+MODEL_FIELDS: dict[str, str | None] = {
+    "TranslateRequest": "translation",
+    "GenerateRequest": "generation",
+    "CompletionRequest": "generation",
+    "ClassifyRequest": "classification",
+    "TokenizeRequest": None,
+    "DetokenizeRequest": None,
+}
+# Path parameters that name a served model.
+MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id")}
 
 
-def _integer_member(prop: dict[str, Any]) -> dict[str, Any]:
-    """The integer schema of a property (`int` or `int | None`)."""
-    return next((m for m in prop.get("anyOf", []) if m.get("type") == "integer"), prop)
+def _member(prop: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The schema of `kind` within a property (`int` or `int | None`, `str` or `str | None`)."""
+    return next((m for m in prop.get("anyOf", []) if m.get("type") == kind), prop)
+
+
+def _body(ref: str | dict[str, Any]) -> dict[str, Any]:
+    schema = {"$ref": REF.format(model=ref)} if isinstance(ref, str) else ref
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def add_dispatch_bodies(schema: dict[str, Any]) -> None:
+    """POST / and POST /models/{name}: the request of any task (refined by `add_model_limits`)."""
+    _, definitions = models_json_schema([(m, "validation") for m in DISPATCH_BODIES.values()], ref_template=REF)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, definition in definitions.get("$defs", {}).items():
+        components.setdefault(name, definition)
+    any_task = {"anyOf": [{"$ref": REF.format(model=m.__name__)} for m in DISPATCH_BODIES.values()]}
+    for path in DISPATCH_PATHS:
+        operation = schema["paths"].get(path, {}).get("post")
+        if operation is not None:
+            description = "`{inputs, parameters}`: the request of the model's task"
+            operation["requestBody"] = {**_body(any_task), "description": description}
 
 
 def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
-    engine = getattr(app.state, "engine", None)
+    engine: Engine | None = getattr(app.state, "engine", None)
+    if engine is None:
+        return
     components = schema.get("components", {}).get("schemas", {})
-    if engine is not None and engine.generator is not None and "CompletionRequest" in components:
-        components["CompletionRequest"]["properties"]["model"]["enum"] = engine.model_names("generation")
-    if engine is not None and engine.classifier is not None and "ClassifyRequest" in components:
+    served = list(services(engine))
+    for component, task in MODEL_FIELDS.items():
+        if component in components:
+            _name_models(components[component], engine.model_names(task) if task else served)
+    if engine.classifier is not None and "ClassifyRequest" in components:
         top_k = components["ClassifyRequest"]["properties"]["top_k"]
-        _integer_member(top_k)["maximum"] = len(engine.classifier.labels)
+        _member(top_k, "integer")["maximum"] = len(engine.classifier.labels)
+    _example_token_ids(components, engine)
+    add_runtime_limits(schema, engine)
+    _dispatch_by_model(schema, engine)
+    for path, name in MODEL_PARAMS:
+        for operation in schema["paths"].get(path, {}).values():
+            for param in operation.get("parameters", []):
+                if param["name"] == name and served:
+                    param["schema"]["enum"] = served
+                    param["example"] = served[0]
+
+
+def _name_models(component: dict[str, Any], names: list[str]) -> None:
+    """`model` takes the names of the served models of its task; the examples name the task's default."""
+    model = component["properties"]["model"]
+    if names:
+        _member(model, "string")["enum"] = names
+    for example in component.get("examples", []):
+        if "model" in example:
+            if names:
+                example["model"] = names[0]
+            else:  # no model of this task is served: the example names none
+                del example["model"]
+
+
+def _example_token_ids(components: dict[str, Any], engine: Engine) -> None:
+    """Detokenize's example: the ids of tokenize's example text, in the vocabulary of the model it names."""
+    detokenize, tokenize = components.get("DetokenizeRequest"), components.get("TokenizeRequest")
+    by_name = services(engine)
+    if detokenize is None or tokenize is None or not by_name:
+        return
+    text = tokenize["examples"][0]["prompt"]
+    for example in detokenize.get("examples", []):
+        service = by_name.get(example.get("model"), next(iter(by_name.values())))
+        example["tokens"] = service.tokenizer.encode(text).ids
+
+
+def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
+    """POST /: its default model's request; POST /models/{name}: one operation per served model."""
+    paths: dict[str, Any] = schema["paths"]
+    by_name = services(engine)
+    root = paths.get("/", {}).get("post")
+    if root is not None and by_name:
+        default = next(iter(by_name.values()))
+        root["requestBody"] = _body(DISPATCH_BODIES[default.artifact.task].__name__)
+    templated = paths.get("/models/{name}", {}).get("post")
+    if templated is None or not by_name:
+        return
+    operations = {}
+    for name, service in by_name.items():
+        operation = copy.deepcopy(templated)
+        operation["parameters"] = [p for p in operation.get("parameters", []) if p["name"] != "name"]
+        operation["operationId"] = f"{templated['operationId']}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+        operation["summary"] = f"{name}: the Inference API's {service.artifact.task} request"
+        operation["requestBody"] = _body(DISPATCH_BODIES[service.artifact.task].__name__)
+        operations[f"/models/{name}"] = {"post": operation}
+    others = {method: op for method, op in paths["/models/{name}"].items() if method != "post"}
+    if others:
+        operations["/models/{name}"] = others
+    # In the templated operation's place, so that /docs lists them where it stood.
+    schema["paths"] = {
+        key: value for path, item in paths.items()
+        for key, value in (operations.items() if path == "/models/{name}" else [(path, item)])
+    }  # fmt: skip
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -27,7 +144,9 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            add_model_limits(build(), app)  # build() caches its result in app.openapi_schema
+            schema = build()  # build() caches its result in app.openapi_schema
+            add_dispatch_bodies(schema)
+            add_model_limits(schema, app)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -8,19 +8,24 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.api.errors import FieldError
+from service.api.json_numbers import integral_floats_as_ints
 
-MAX_SEED = 2**63 - 1
+MAX_SEED = 2**53 - 1  # the largest integer a JavaScript number holds exactly (Number.MAX_SAFE_INTEGER)
 # top_k beyond the vocabulary keeps every token; the bound keeps it a machine integer (int64 in the chooser).
 MAX_TOP_K = 2**31 - 1
 MAX_LOGIT_BIAS = 300  # entries, as OpenAI
 TOKEN_ID_DIGITS = 9
 TOKEN_ID = re.compile(rf"[0-9]{{1,{TOKEN_ID_DIGITS}}}", re.ASCII)
 NonEmptyText = Annotated[str, Field(min_length=1)]
+# Not whitespace alone: a character outside Python's str.isspace() set (the engine refuses a text that
+# strip() empties). Stated in the document only; the engine's check stays the one that answers.
+NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+Text = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})]
 ModelName = Annotated[
     str | None,
     Field(None, description="a loaded model of this task (GET /v1/models); default: the task's first in SERVE_MODELS"),
 ]
-Pair = Annotated[list[NonEmptyText], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
+Pair = Annotated[list[Text], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
 StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=16)]
 
 
@@ -34,6 +39,11 @@ def _requires(condition: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        return integral_floats_as_ints(data)  # 1.0 is an integer in JSON Schema, and so here
 
 
 class Response(BaseModel):
@@ -64,12 +74,17 @@ class TranslateRequest(Request):
         json_schema_extra={
             "allOf": [
                 _requires({"stream": {"const": True}}, {"num_beams": {"const": 1}}),
+                _requires({"stream": {"const": True}}, {"text": {"not": {"type": "array", "minItems": 2}}}),
                 _requires({"do_sample": {"const": True}}, {"num_beams": {"const": 1}}),
-            ]
+                _requires({"repetition_penalty": {"not": {"const": 1}}}, {"num_beams": {"const": 1}}),
+                _requires({"stop": {"not": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+                          {"num_beams": {"const": 1}}),
+            ],
+            "examples": [{"text": "The Lord is my shepherd.", "model": "translator", "num_beams": 4, "n_best": 2}],
         }
     )
 
-    text: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1)] = Field(
+    text: Text | Annotated[list[Text], Field(min_length=1)] = Field(
         description="one source text, or a list of them"
     )
     model: ModelName
@@ -129,7 +144,12 @@ class TranslateResponse(Response):
 
 class GenerateRequest(Request):
     model_config = ConfigDict(
-        json_schema_extra={"allOf": [_requires({"top_logprobs": {"exclusiveMinimum": 0}}, {"logprobs": {"const": True}})]}
+        json_schema_extra={
+            "allOf": [_requires({"top_logprobs": {"exclusiveMinimum": 0}}, {"logprobs": {"const": True}})],
+            "examples": [
+                {"prompt": "In the beginning", "model": "generator", "max_new_tokens": 16, "temperature": 0.8, "seed": 42}
+            ],
+        }
     )
 
     prompt: NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
@@ -187,8 +207,30 @@ class StreamOptions(Request):
     include_usage: bool = False
 
 
+# best_of, when given, is n: one branch per n (an absent n is 1). One anyOf, not an if/then per value: a
+# schema with many of those is a product of alternatives that schemathesis cannot generate from.
+CHOICES_RULE = {
+    "anyOf": [
+        {"properties": {"n": {"const": n}, "best_of": {"enum": [n, None]}}, **({"required": ["n"]} if n > 1 else {})}
+        for n in range(1, 17)
+    ]
+}
+
+
 class CompletionRequest(Request):
     """The OpenAI completions API, plus `top_k`, `repetition_penalty` and `ignore_eos` (as vLLM)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                _requires({"max_tokens": {"const": 0}}, {"echo": {"const": True}}),
+                CHOICES_RULE,
+            ],
+            "examples": [
+                {"model": "generator", "prompt": "In the beginning", "max_tokens": 16, "temperature": 0.8, "seed": 42}
+            ],
+        }
+    )
 
     model: str
     prompt: (
@@ -271,7 +313,13 @@ class CompletionResponse(Response):
 
 
 class ClassifyRequest(Request):
-    text: NonEmptyText | Annotated[list[NonEmptyText | Pair], Field(min_length=1)] = Field(
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"text": ["A wonderful, moving film.", "A dull story."], "model": "classifier-minilm", "top_k": 2}]
+        }
+    )
+
+    text: Text | Annotated[list[Text | Pair], Field(min_length=1)] = Field(
         description='one text, a list of texts, or sentence pairs: [["premise", "hypothesis"], ...]'
     )
     model: ModelName

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
@@ -17,6 +17,10 @@ router = APIRouter(tags=["tokenizer"])
 
 
 class TokenizeRequest(Request):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"prompt": "In the beginning", "model": "generator", "return_token_strs": True}]}
+    )
+
     model: str | None = None
     prompt: NonEmptyText
     add_special_tokens: bool = Field(True, description="the classifier's [CLS]/[SEP]; the generator adds none")
@@ -31,6 +35,8 @@ class TokenizeResponse(Response):
 
 
 class DetokenizeRequest(Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"tokens": [42, 79, 261, 2787], "model": "generator"}]})
+
     model: str | None = None
     tokens: list[Annotated[int, Field(ge=0)]]
 

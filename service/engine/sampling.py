@@ -29,7 +29,8 @@ class SamplingParams:
 
 
 def new_seed() -> int:
-    return secrets.randbits(63)
+    # Within the API's seed bound (2**53 - 1): a drawn seed that a response reports can be sent back.
+    return secrets.randbits(53)
 
 
 def logsumexp(x: np.ndarray) -> np.ndarray:

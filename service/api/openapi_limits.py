@@ -1,0 +1,189 @@
+"""The request limits that the settings and the loaded models set, written into the OpenAPI document so
+that it calls valid only what the server takes: the new-token caps, the beam limit, the items one request
+may queue, and the token ids and prompt lengths that the model's vocabulary and context allow.
+
+What depends on tokenizing a text (a text's length in tokens, the attention budget) cannot be stated in
+JSON Schema: the descriptions say so, and a 422 answers it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from service.api.schemas import TOKEN_ID_DIGITS
+from service.api.served import services
+from service.engine.engine import Engine
+from service.engine.generation_service import GenerationService
+from service.engine.translation_service import MAX_BEAMS, TranslationService
+
+Schema = dict[str, Any]
+DEFAULT_BEAMS = 4  # TranslateRequest.num_beams's default
+
+
+def _arrays(prop: Schema) -> list[Schema]:
+    """The array members of a property (itself, or within its anyOf)."""
+    members = prop.get("anyOf", [prop])
+    return [m for m in members if m.get("type") == "array"]
+
+
+def _integers(prop: Schema) -> list[Schema]:
+    members = prop.get("anyOf", [prop])
+    return [m for m in members if m.get("type") == "integer"]
+
+
+def _token_lists(prop: Schema) -> list[Schema]:
+    """The members of a prompt that are one prompt as token ids: arrays of integers, at any depth."""
+    found = []
+    for array in _arrays(prop):
+        items = array.get("items", {})
+        if items.get("type") == "integer":
+            found.append(array)
+        elif items.get("type") == "array":
+            found += _token_lists(items)
+    return found
+
+
+def _item_lists(prop: Schema) -> list[Schema]:
+    """The members of a field that are many items (texts, prompts): arrays of anything but token ids."""
+    return [a for a in _arrays(prop) if a.get("items", {}).get("type") != "integer"]
+
+
+def _choice_branches(completions: Schema) -> list[Schema]:
+    """The branches of schemas.CHOICES_RULE in CompletionRequest, one per n."""
+    for rule in completions.get("allOf", []):
+        branches = rule.get("anyOf", [])
+        if branches and all("n" in b.get("properties", {}) for b in branches):
+            return list(branches)
+    return []
+
+
+def decimal_at_most(top: int, width: int = TOKEN_ID_DIGITS) -> str:
+    """A regex for the decimal strings of 0..top with at most `width` digits, leading zeros allowed (as the
+    server reads logit_bias keys with int())."""
+    digits = str(top)
+    parts = []
+    for length in range(1, len(digits)):  # every number shorter than top
+        first = "[0-9]" if length == 1 else "[1-9]"
+        parts.append((first + "[0-9]" * (length - 1), length))
+    for i, d in enumerate(digits):  # as long as top: below it at digit i, equal before
+        low = 1 if i == 0 and len(digits) > 1 else 0
+        if int(d) > low:
+            rest = len(digits) - i - 1
+            parts.append((digits[:i] + f"[{low}-{int(d) - 1}]" + "[0-9]" * rest, len(digits)))
+    parts.append((digits, len(digits)))
+    alternatives = [f"0{{0,{width - length}}}{body}" for body, length in parts if length <= width]
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
+def _per_model(
+    component: Schema,
+    values: dict[str, Any],
+    default: str | None,
+    direct: Callable[[Schema, Any], None],
+    rule: Callable[[Any], Schema],
+) -> None:
+    """Each model's limit (`values`: model name -> limit) on the requests that choose it. Where every model
+    has the same, `direct` writes it into the component's own properties; else one rule per model, `if
+    model is name then rule(limit)` (an absent or null model chooses `default`)."""
+    if len(set(values.values())) == 1:
+        direct(component, next(iter(values.values())))
+        return
+    for name, value in values.items():
+        chosen: Schema = {"properties": {"model": {"const": name}}, "required": ["model"]}
+        if name == default:
+            chosen = {"anyOf": [chosen, {"properties": {"model": {"type": "null"}}}]}
+        component.setdefault("allOf", []).append({"if": chosen, "then": {"properties": rule(value)}})
+
+
+def _bound_token_ids(field: str) -> tuple[Callable[[Schema, Any], None], Callable[[Any], Schema]]:
+    """`direct` and `rule` for a field whose token-id lists take (vocabulary size, most ids)."""
+
+    def direct(component: Schema, limit: tuple[int, int | None]) -> None:
+        vocab, most = limit
+        for ids in _token_lists(component["properties"][field]):
+            ids["items"]["maximum"] = vocab - 1
+            if most is not None:
+                ids["maxItems"] = most
+
+    def rule(limit: tuple[int, int | None]) -> Schema:
+        vocab, most = limit
+        ids: Schema = {"type": "array", "items": {"type": "integer", "maximum": vocab - 1}}
+        if most is not None:
+            ids["maxItems"] = most
+        texts = {"type": "array", "items": {"not": {"type": ["integer", "array"]}}}
+        return {field: {"anyOf": [{"not": {"type": "array"}}, texts, ids, {"type": "array", "items": ids}]}}
+
+    return direct, rule
+
+
+def _bound_logit_bias(component: Schema, vocab: int) -> None:
+    for bias in component["properties"]["logit_bias"].get("anyOf", []):
+        if bias.get("type") == "object":
+            bias["propertyNames"] = {"pattern": decimal_at_most(vocab - 1)}
+
+
+def _logit_bias_rule(vocab: int) -> Schema:
+    return {"logit_bias": {"anyOf": [{"type": "null"}, {"propertyNames": {"pattern": decimal_at_most(vocab - 1)}}]}}
+
+
+def add_runtime_limits(schema: Schema, engine: Engine) -> None:
+    components: dict[str, Schema] = schema.get("components", {}).get("schemas", {})
+    settings = engine.settings
+    by_name = services(engine)
+    generators = {n: s for n, s in by_name.items() if isinstance(s, GenerationService)}
+    translators = {n: s for n, s in by_name.items() if isinstance(s, TranslationService)}
+    default = next(iter(by_name), None)
+
+    def prop(component: str, name: str) -> Schema | None:
+        return components.get(component, {}).get("properties", {}).get(name)
+
+    # Items one request may queue (texts, prompts, and for completions prompts x n).
+    for component, field in (("TranslateRequest", "text"), ("ClassifyRequest", "text"), ("CompletionRequest", "prompt"),
+                             ("TranslationRequest", "inputs"), ("ClassificationRequest", "inputs")):  # fmt: skip
+        for array in _item_lists(prop(component, field) or {}):
+            array["maxItems"] = settings.max_queue_size
+    completions = components.get("CompletionRequest")
+    for branch in _choice_branches(completions or {}):  # prompts x n <= the queue
+        n = branch["properties"]["n"]["const"]
+        if n > 1:
+            branch["properties"]["prompt"] = {"anyOf": [{"not": {"type": "array"}}, {"items": {"type": "integer"}},
+                                                        {"maxItems": settings.max_queue_size // n}]}  # fmt: skip
+
+    # New tokens: translation refuses more than its cap; generation clamps a budget beyond the context to
+    # what fits, and refuses one above SERVE_MAX_NEW_TOKENS (reachable only when the cap is below the context).
+    caps = [s.max_target_tokens for s in translators.values()]
+    for component in ("TranslateRequest", "TranslationGenerateParameters"):
+        for member in _integers(prop(component, "max_new_tokens") or {}):
+            if caps:
+                member["maximum"] = min(caps)
+    if any(settings.max_new_tokens < s.artifact.max_positions - 1 for s in generators.values()):
+        for component, field in (("GenerateRequest", "max_new_tokens"), ("CompletionRequest", "max_tokens"),
+                                 ("TgiParameters", "max_new_tokens")):  # fmt: skip
+            for member in _integers(prop(component, field) or {}):
+                member["maximum"] = settings.max_new_tokens
+
+    # Beams are batch rows; n_best <= num_beams (4 when absent).
+    beams = min(MAX_BEAMS, settings.max_batch_size)
+    for component in ("TranslateRequest", "TranslationGenerateParameters"):
+        for member in _integers(prop(component, "num_beams") or {}):
+            member["maximum"] = beams
+    translate = components.get("TranslateRequest")
+    if translate is not None:  # one branch per num_beams (an absent one is DEFAULT_BEAMS), as CHOICES_RULE
+        translate.setdefault("allOf", []).append({"anyOf": [
+            {"properties": {"num_beams": {"const": k}, "n_best": {"maximum": k}},
+             **({} if k == DEFAULT_BEAMS else {"required": ["num_beams"]})}
+            for k in range(1, beams + 1)
+        ]})  # fmt: skip
+
+    # Token ids: below the chosen model's vocabulary, at most a prompt's worth (or SERVE_MAX_TOKENIZE_TOKENS).
+    prompts = {n: (g.artifact.vocab_size, g.max_prompt_tokens) for n, g in generators.items()}
+    for component in ("GenerateRequest", "CompletionRequest"):
+        if component in components and prompts:
+            _per_model(components[component], prompts, next(iter(generators)), *_bound_token_ids("prompt"))
+    if completions is not None and generators:
+        vocabs = {n: g.artifact.vocab_size for n, g in generators.items()}
+        _per_model(completions, vocabs, None, _bound_logit_bias, _logit_bias_rule)
+    if "DetokenizeRequest" in components and by_name:
+        most = getattr(settings, "max_tokenize_tokens", None)
+        ids = {n: (s.artifact.vocab_size, most) for n, s in by_name.items()}
+        _per_model(components["DetokenizeRequest"], ids, default, *_bound_token_ids("tokens"))

@@ -1,0 +1,234 @@
+"""The OpenAPI document and the server agree: what the document calls valid the server takes, what it
+calls invalid the server refuses (at each limit and just past it), every example succeeds as shown, and
+every route that answers is documented. schemathesis checks the same over generated data
+(tests/reliability/contract.py); these are the cases it found, pinned."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import jsonschema_rs
+import pytest
+
+from service.api.openapi_limits import decimal_at_most
+from service.api.schemas import MAX_SEED, NOT_BLANK
+from service.engine.sampling import new_seed
+
+JS_SAFE = 2**53 - 1  # Number.MAX_SAFE_INTEGER: a bound above it is shown and sent rounded by /docs
+
+
+def properties_named(name: str, node: Any) -> Any:
+    """Every property schema called `name` in the document."""
+    if isinstance(node, dict):
+        if isinstance(node.get("properties"), dict) and name in node["properties"]:
+            yield node["properties"][name]
+        for value in node.values():
+            yield from properties_named(name, value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from properties_named(name, value)
+
+
+def _integer(prop: dict[str, Any]) -> dict[str, Any]:
+    return next(m for m in prop.get("anyOf", [prop]) if m.get("type") == "integer")
+
+
+def request_schema(document: dict[str, Any], path: str) -> Any:
+    """A validator for the JSON body of POST `path`, its $refs resolved within the document."""
+    body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return jsonschema_rs.validator_for({**body, "components": document["components"]})
+
+
+async def agree(served: Any, path: str, body: Any) -> tuple[bool, int]:
+    """(valid per the document, the server's status); they agree when valid <=> a 2xx."""
+    valid = request_schema(served.app.openapi(), path).is_valid(body)
+    status = (await served.client.post(path, json=body)).status_code
+    assert status < 500, (path, body, status)
+    return valid, status
+
+
+async def assert_agree(served: Any, cases: list[tuple[str, Any]]) -> None:
+    disagreements = []
+    for path, body in cases:
+        valid, status = await agree(served, path, body)
+        if valid != (status < 400):
+            disagreements.append((path, body, "valid" if valid else "invalid", status))
+    assert not disagreements, disagreements
+
+
+async def test_integral_floats_are_integers(served) -> None:
+    """JSON Schema calls 1.0 an integer (schemathesis ST202 sent it); "1", true and 1.5 are not."""
+    vocab = served.engine.generator.artifact.vocab_size
+    await assert_agree(served, [
+        ("/v1/classify", {"text": "good", "top_k": 1.0}),
+        ("/v1/classify", {"text": "good", "top_k": 1.5}),
+        ("/v1/classify", {"text": "good", "top_k": "1"}),
+        ("/v1/classify", {"text": "good", "top_k": True}),
+        ("/v1/translate", {"text": "hi", "num_beams": 2.0, "n_best": 2.0, "max_new_tokens": 4.0}),
+        ("/v1/generate", {"prompt": [1.0, 2.0], "max_new_tokens": 2, "seed": 3.0}),
+        ("/v1/completions", {"model": "generator", "prompt": [[1.0, 2.0]], "max_tokens": 2.0, "n": 1.0}),
+        ("/detokenize", {"tokens": [1.0, float(vocab - 1)]}),
+        ("/generate", {"inputs": "hi", "parameters": {"max_new_tokens": 2.0, "top_k": 5.0}}),
+    ])  # fmt: skip
+
+
+def test_seeds_are_exact_in_javascript(served) -> None:
+    """/docs showed the seed's maximum 2**63 - 1 as 9223372036854776000 and refused it when sent; a seed
+    the server draws is reported back, so it too must be one a client can send again."""
+    components = served.app.openapi()["components"]["schemas"]
+    requests = {name: c for name, c in components.items() if not name.endswith("Response")}
+    seeds = list(properties_named("seed", requests))
+    assert len(seeds) == 4 and all(_integer(s)["maximum"] == JS_SAFE for s in seeds), seeds
+    assert MAX_SEED == JS_SAFE
+    assert max(new_seed() for _ in range(2000)) <= MAX_SEED
+
+
+async def test_seed_bounds(served) -> None:
+    await assert_agree(served, [
+        ("/v1/generate", {"prompt": "hi", "max_new_tokens": 2, "seed": MAX_SEED}),
+        ("/v1/generate", {"prompt": "hi", "max_new_tokens": 2, "seed": MAX_SEED + 1}),
+        ("/generate", {"inputs": "hi", "parameters": {"max_new_tokens": 2, "seed": MAX_SEED, "do_sample": True}}),
+    ])  # fmt: skip
+
+
+async def test_rules_between_fields(served) -> None:
+    """The checks the server makes across fields, each stated in the document."""
+    await assert_agree(served, [
+        ("/v1/translate", {"text": "hi", "num_beams": 2, "n_best": 2}),
+        ("/v1/translate", {"text": "hi", "num_beams": 2, "n_best": 3}),
+        ("/v1/translate", {"text": "hi", "n_best": 5}),  # num_beams 4 when absent
+        ("/v1/translate", {"text": "hi", "repetition_penalty": 1.2}),
+        ("/v1/translate", {"text": "hi", "repetition_penalty": 1.2, "num_beams": 1, "max_new_tokens": 4}),
+        ("/v1/translate", {"text": "hi", "stop": "x"}),
+        ("/v1/translate", {"text": "hi", "stop": []}),
+        ("/v1/translate", {"text": ["a", "b"], "stream": True, "num_beams": 1}),
+        ("/v1/completions", {"model": "generator", "prompt": "hi", "max_tokens": 2, "best_of": 2}),
+        ("/v1/completions", {"model": "generator", "prompt": "hi", "max_tokens": 2, "best_of": 2, "n": 2}),
+        ("/v1/completions", {"model": "generator", "prompt": "hi", "max_tokens": 0}),
+        ("/v1/completions", {"model": "generator", "prompt": "hi", "max_tokens": 0, "echo": True}),
+    ])  # fmt: skip
+
+
+async def test_blank_texts(served) -> None:
+    """A text of whitespace alone is refused (the engine strips it): the document says so with a pattern
+    matching Python's whitespace exactly, \\x1f and \\x85 included (schemathesis sent both)."""
+    pattern = re.compile(NOT_BLANK)
+    assert [c for c in range(sys.maxunicode + 1) if (pattern.search(chr(c)) is None) != chr(c).isspace()] == []
+    await assert_agree(served, [
+        ("/v1/classify", {"text": ["fine", "\x1f"]}),
+        ("/v1/classify", {"text": [["fine", "\x85 "]]}),
+        ("/v1/translate", {"text": " \u3000", "max_new_tokens": 2}),
+        ("/models/classifier", {"inputs": {"text": "a", "text_pair": "\t"}}),
+        ("/v1/classify", {"text": " a "}),
+    ])  # fmt: skip
+
+
+async def test_limits_from_settings_and_models(serving) -> None:
+    """Beams are batch rows, requests queue at most SERVE_MAX_QUEUE_SIZE items (prompts x n), token ids
+    are below the vocabulary, prompts of ids within the context, new tokens within the cap."""
+    async with serving(max_batch_size=3, max_queue_size=8, max_new_tokens=16) as s:
+        generator = s.engine.generator
+        vocab, most = generator.artifact.vocab_size, generator.max_prompt_tokens
+        assert 16 < generator.artifact.max_positions - 1  # the cap is reachable: above it is refused
+        completion = {"model": "generator", "max_tokens": 2}
+        await assert_agree(s, [
+            ("/v1/translate", {"text": "hi", "num_beams": 3, "max_new_tokens": 2}),
+            ("/v1/translate", {"text": "hi", "num_beams": 4, "n_best": 1, "max_new_tokens": 2}),
+            ("/models/translator", {"inputs": "hi", "parameters": {"generate_parameters": {"num_beams": 4}}}),
+            ("/models/translator", {"inputs": "hi", "parameters": {"generate_parameters": {"max_new_tokens": 0}}}),
+            ("/v1/classify", {"text": ["a"] * 8}),
+            ("/v1/classify", {"text": ["a"] * 9}),
+            ("/v1/completions", {**completion, "prompt": ["a", "b"], "n": 4}),
+            ("/v1/completions", {**completion, "prompt": ["a", "b", "c"], "n": 3}),
+            ("/v1/completions", {**completion, "prompt": [vocab - 1]}),
+            ("/v1/completions", {**completion, "prompt": [[1], [vocab]]}),
+            ("/v1/completions", {**completion, "prompt": "hi", "logit_bias": {str(vocab - 1): 1, "007": 2}}),
+            ("/v1/completions", {**completion, "prompt": "hi", "logit_bias": {str(vocab): 1}}),
+            ("/v1/generate", {"prompt": [1] * most, "max_new_tokens": 1}),
+            ("/v1/generate", {"prompt": [1] * (most + 1), "max_new_tokens": 1}),
+            ("/v1/generate", {"prompt": "hi", "max_new_tokens": 16}),
+            ("/v1/generate", {"prompt": "hi", "max_new_tokens": 17}),
+            ("/generate", {"inputs": "hi", "parameters": {"max_new_tokens": 17}}),
+            ("/detokenize", {"tokens": [vocab - 1]}),
+            ("/detokenize", {"tokens": [vocab]}),
+        ])  # fmt: skip
+
+
+@pytest.mark.parametrize("top", [0, 1, 9, 10, 99, 100, 7999, 8000, 30521, 123456789])
+def test_decimal_at_most(top: int) -> None:
+    pattern = re.compile(decimal_at_most(top))
+    for number in [*range(0, 1000, 7), *range(top - 12, top + 12), 999_999_999]:
+        for text in (str(number), str(number).zfill(9), str(number).zfill(10)):
+            if number >= 0:
+                assert bool(pattern.fullmatch(text)) == (len(text) <= 9 and int(text) <= top), (top, text)
+
+
+def _example(document: dict[str, Any], operation: dict[str, Any]) -> Any:
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    name = schema["$ref"].rsplit("/", 1)[1]
+    return document["components"]["schemas"][name]["examples"][0]
+
+
+async def test_every_example_succeeds_as_shown(served) -> None:
+    """Each operation's example (body, and path parameters) is answered with a 2xx: /docs pre-fills these,
+    and showed `"model": "string"` (a 404), `logit_bias: {"additionalProp1": 0}` (a 422) and a seed maximum
+    it could not send."""
+    document = served.app.openapi()
+    tried = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            url = path
+            for param in operation.get("parameters", []):
+                if param["in"] == "path":
+                    url = url.replace(f"{{{param['name']}}}", param["example"])
+            body = _example(document, operation) if "requestBody" in operation else None
+            response = await served.client.request(method.upper(), url, json=body)
+            assert response.status_code < 400, (method, url, body, response.status_code, response.text[:300])
+            tried.append(f"{method.upper()} {path}")
+    assert "POST /models/classifier" in tried and "POST /v1/completions" in tried
+    assert len(tried) >= 20, tried
+
+
+def test_dispatch_routes_state_their_bodies(served) -> None:
+    """POST / takes its default model's request (the generator's: TGI); POST /models/{name} is one
+    operation per served model with its task's request (a body for one task is refused by another)."""
+    document = served.app.openapi()
+    paths = document["paths"]
+
+    def body(path: str) -> str:
+        return paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+
+    assert body("/").endswith("/TgiRequest")
+    assert "/models/{name}" not in paths
+    assert body("/models/generator").endswith("/TgiRequest")
+    assert body("/models/translator").endswith("/TranslationRequest")
+    assert body("/models/classifier").endswith("/ClassificationRequest")
+    for path in ("/models/{name}/info", "/models/{name}/health", "/v1/models/{model_id}"):
+        (param,) = paths[path]["get"]["parameters"]
+        assert set(param["schema"]["enum"]) == set(served.engine.models)
+
+
+def test_dispatch_bodies_without_an_engine() -> None:
+    """Before start-up (no models known) the dispatch routes take the request of any task."""
+    from service.app import create_app
+
+    document = create_app().openapi()
+    schema = document["paths"]["/models/{name}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert {ref["$ref"].rsplit("/", 1)[1] for ref in schema["anyOf"]} == {
+        "TgiRequest", "ClassificationRequest", "TranslationRequest"
+    }  # fmt: skip
+    assert "TranslationRequest" in document["components"]["schemas"]
+
+
+async def test_get_root_is_documented_and_405_lists_every_method(served) -> None:
+    """GET / (the playground redirect) answered without being in the document; a 405 on / said
+    `Allow: POST` though GET is served there too."""
+    operation = served.app.openapi()["paths"]["/"]["get"]
+    assert "307" in operation["responses"]
+    response = await served.client.get("/")
+    assert response.status_code == 307 and response.headers["location"] == "/playground"
+    refused = await served.client.put("/")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, POST"
+    assert (await served.client.delete("/v1/classify")).headers["allow"] == "POST"
