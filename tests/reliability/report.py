@@ -8,7 +8,10 @@ README_BEGIN = "<!-- reliability:begin (python -m tests.reliability --readme) --
 README_END = "<!-- reliability:end -->"
 
 CHECKS = {
-    "schemathesis": "every operation of /openapi.json, positive and negative data: no 5xx, responses match the schema",
+    "schemathesis": (
+        "every operation of /openapi.json, positive and negative data, every check: no 5xx, responses match "
+        "the schema, valid requests accepted and invalid ones refused, no undocumented method answers"
+    ),
     "bad_input": (
         "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): "
         "a 4xx in our shape, healthy after each"
