@@ -14,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import classify, completions, generate, health, hf, models, tokenizer, translate
 from service.api.auth import ApiKeyMiddleware
+from service.api.budget import BudgetMiddleware
 from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import router as metrics_router
@@ -24,6 +25,7 @@ from service.api.playground import install_playground
 from service.api.schemas import ErrorResponse
 from service.api.security_headers import SecurityHeadersMiddleware
 from service.api.tracing import RequestContextMiddleware
+from service.engine.budget import Budget
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
 from service.settings import Settings
@@ -101,7 +103,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.inflight = InFlight()
     install_error_handlers(app)
     install_openapi(app)
-    # Outermost last: 500s -> metrics and drain refusal -> API key (before any body is read) -> body limit.
+    # Outermost last: 500s -> metrics and drain refusal -> API key (before any body is read) -> body limit
+    # -> the request's lease on the attention budget (given back once the response is sent).
+    attention_budget = Budget(settings.max_attention_values_in_flight, "SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT")
+    app.state.attention_budget = attention_budget
+    app.add_middleware(BudgetMiddleware, budget=attention_budget)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(ApiKeyMiddleware, key=settings.api_key, public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     keepalive_timeout_s: float = Field(default=75.0, gt=0, le=3600)
     # Attention maps cost items x layers x heads x tokens^2 numbers (about 8 bytes each as JSON): cap the total.
     max_attention_values: int = Field(default=1_048_576, ge=1, le=1 << 31)
+    # ... and the maps of all requests in flight together (429 beyond): what a burst of them can make the server hold.
+    max_attention_values_in_flight: int = Field(default=4_194_304, ge=1, le=1 << 34)
+    # Longest /tokenize answer and /detokenize input, in tokens (the body limit alone lets ~1M through).
+    max_tokenize_tokens: int = Field(default=65_536, ge=1, le=1 << 24)
     warmup: bool = True
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
@@ -100,6 +104,13 @@ class Settings(BaseSettings):
     @classmethod
     def _non_empty_key(cls, value: SecretStr | None) -> SecretStr | None:
         return value if value is not None and value.get_secret_value() else None
+
+    @model_validator(mode="after")
+    def _one_request_fits_in_flight(self) -> Settings:
+        if self.max_attention_values_in_flight < self.max_attention_values:
+            raise ValueError("max_attention_values_in_flight must be >= max_attention_values: "
+                             "a request at the per-request limit could never be served")
+        return self
 
     @model_validator(mode="after")
     def _model_folders_exist(self) -> Settings:

@@ -1,27 +1,90 @@
-"""Large JSON responses (attention maps): serialized on a worker thread, not the event loop, so /health and
-the other requests keep being answered; the heap is handed back to the OS once the body is sent."""
+"""Large JSON responses (attention maps): serialized off the event loop, so /health and the other requests
+keep being answered, on one thread of their own (one at a time, and their big allocations in one malloc
+arena rather than one per pool thread, each keeping its own freed top). Each map arrives as its JSON text
+(service/engine/attention.py): the serializers write a placeholder for it and the text is put in its place,
+so no map becomes millions of Python floats on the way out. The heap goes back to the OS after a burst
+(service/api/budget.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-from collections.abc import Callable
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from fastapi.responses import Response
 from pydantic import BaseModel
-from starlette.background import BackgroundTask
+
+from service.engine.attention import AttentionMap
 
 
-def _malloc_trim() -> Callable[[], object]:
-    """glibc keeps freed heap pages (and raises its mmap threshold after big frees): malloc_trim(0) returns
-    them. Elsewhere (musl, macOS) there is nothing to call."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    return (lambda: trim(0)) if trim is not None else (lambda: None)
+T = TypeVar("T")
+_serializer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-json")
 
 
-release_memory = _malloc_trim()
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` on the large-JSON thread."""
+    return await asyncio.get_running_loop().run_in_executor(_serializer, fn, *args)
+
+
+class Placeholders:
+    """Maps met while serializing, each written as a string no request can forge (a random key), then
+    replaced by the map's own text."""
+
+    def __init__(self) -> None:
+        self.key = secrets.token_hex(8)
+        self.texts: list[str] = []
+
+    def of(self, value: Any) -> str:
+        if not isinstance(value, AttentionMap):
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        self.texts.append(value.json)
+        return f"@map:{self.key}:{len(self.texts) - 1}"
+
+    def fill(self, text: str) -> str:
+        if not self.texts:
+            return text
+        pieces = re.split(f'"@map:{self.key}:([0-9]+)"', text)
+        pieces[1::2] = [self.texts[int(i)] for i in pieces[1::2]]
+        return "".join(pieces)
+
+
+_current: ContextVar[Placeholders | None] = ContextVar("placeholders", default=None)
+
+
+@contextmanager
+def placing_maps() -> Iterator[Placeholders]:
+    """While the block runs, `json_default` writes maps as placeholders of the yielded Placeholders."""
+    placeholders = Placeholders()
+    token = _current.set(placeholders)
+    try:
+        yield placeholders
+    finally:
+        _current.reset(token)
+
+
+def json_default(value: Any) -> Any:
+    """The `default` of a JSON encoder: a map's placeholder inside `placing_maps`, else json's own TypeError."""
+    placeholders = _current.get()
+    if placeholders is None:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return placeholders.of(value)
+
+
+def render_with_maps(render: Callable[[], str]) -> str:
+    """`render()` (which encodes with `json_default`), with the maps' text in place."""
+    with placing_maps() as placeholders:
+        return placeholders.fill(render())
+
+
+def dump_json(model: BaseModel) -> bytes:
+    placeholders = Placeholders()
+    return placeholders.fill(model.model_dump_json(exclude_none=True, fallback=placeholders.of)).encode()
 
 
 async def large_json(model: BaseModel) -> Response:
-    body = await asyncio.to_thread(model.model_dump_json, exclude_none=True)
-    return Response(body, media_type="application/json", background=BackgroundTask(release_memory))
+    return Response(await off_loop(dump_json, model), media_type="application/json")

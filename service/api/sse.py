@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -15,12 +14,14 @@ from starlette.types import Send
 from service.api.deps import unless_disconnected
 from service.api.errors import error_body, log_internal_error
 from service.api.keepalive import send_chunks
+from service.api.responses import json_default, off_loop, render_with_maps
 from service.engine.errors import EngineError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # The C encoder that json.dumps(data, ensure_ascii=False, separators=(",", ":")) builds on every call
 # (about half of its 2.8 us for a token event), built once: the same output. No cycle check: events are trees.
-_encode = c_make_encoder(None, json.JSONEncoder().default, encode_basestring, None, ":", ",", False, False, True)
+# Its `default` writes attention maps as placeholders while a large event renders (service/api/responses.py).
+_encode = c_make_encoder(None, json_default, encode_basestring, None, ":", ",", False, False, True)
 ErrorRenderer = Callable[[str, str, str | None], str]  # (type, message, field) -> one event
 
 
@@ -53,9 +54,9 @@ async def _events(
     first: Any, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer
 ) -> AsyncIterator[str]:
     try:
-        yield await asyncio.to_thread(render, first) if _large(first) else render(first)
+        yield await off_loop(render_with_maps, partial(render, first)) if _large(first) else render(first)
         async for event in events:  # no coroutine per event: a token is rendered right here
-            yield await asyncio.to_thread(render, event) if _large(event) else render(event)
+            yield await off_loop(render_with_maps, partial(render, event)) if _large(event) else render(event)
     except EngineError as exc:  # after the first event the status is sent: report in-band
         yield on_error(exc.type, exc.message, exc.field)
     except Exception as exc:

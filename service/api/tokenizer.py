@@ -6,14 +6,43 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi import Request as HttpRequest
+from fastapi import Response as HttpResponse
 from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import NonEmptyText, Request, Response
 from service.api.served import service_named
+from service.api.worker_slots import WorkerSlots
 
 router = APIRouter(tags=["tokenizer"])
+
+# A 1 MB prompt takes ~0.5 s to tokenize: on worker threads (encode_batch and decode_batch release the GIL,
+# encode and decode do not), two at a time (the container's 2 cores), a bounded number waiting.
+TOKENIZER_WORKERS = 2
+TOKENIZER_WAITING = 32
+# Past this many characters (or a quarter as many tokens) the heap goes back to the OS once the tokenizer
+# work is done (malloc_trim): else a burst of large inputs leaves the process that much bigger.
+LARGE_INPUT_CHARS = 65_536
+
+
+def tokenizer_slots(request: HttpRequest) -> WorkerSlots:
+    """The app's slots for tokenizer work, made on its first use."""
+    state = request.app.state
+    if getattr(state, "tokenizer_slots", None) is None:
+        state.tokenizer_slots = WorkerSlots(TOKENIZER_WORKERS, TOKENIZER_WAITING, "tokenizer work")
+    return state.tokenizer_slots  # type: ignore[no-any-return]
+
+
+class JSONBytes(HttpResponse):
+    media_type = "application/json"
+
+
+def too_many_tokens(count: int, limit: int, field: str) -> ApiError:
+    return ApiError(
+        422, "validation_error", f"{count:,} tokens; the limit is {limit:,} (SERVE_MAX_TOKENIZE_TOKENS)", field
+    )
 
 
 class TokenizeRequest(Request):
@@ -46,25 +75,41 @@ class DetokenizeResponse(Response):
 
 
 @router.post("/tokenize", response_model=TokenizeResponse)
-async def tokenize(body: TokenizeRequest, engine: EngineDep) -> TokenizeResponse:
+async def tokenize(body: TokenizeRequest, engine: EngineDep, request: HttpRequest) -> HttpResponse:
     service = service_named(engine, body.model)
-    encoding = service.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
-    return TokenizeResponse(
-        count=len(encoding.ids),
-        max_model_len=service.artifact.max_positions,
-        tokens=encoding.ids,
-        token_strs=encoding.tokens if body.return_token_strs else None,
-    )
+    limit = request.app.state.settings.max_tokenize_tokens
+
+    def work() -> bytes:  # on a worker thread: tokenizing, the lists and their JSON; the Encoding dies here too
+        [encoding] = service.tokenizer.encode_batch([body.prompt], add_special_tokens=body.add_special_tokens)
+        count = len(encoding)
+        if count > limit:
+            del encoding  # freed now, not kept by the refusal's traceback until the heap is trimmed
+            raise too_many_tokens(count, limit, "prompt")
+        answer = TokenizeResponse(
+            count=count,
+            max_model_len=service.artifact.max_positions,
+            tokens=encoding.ids,
+            token_strs=encoding.tokens if body.return_token_strs else None,
+        )
+        return answer.model_dump_json().encode()
+
+    return JSONBytes(await tokenizer_slots(request).run(work, large=len(body.prompt) > LARGE_INPUT_CHARS))
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse)
-async def detokenize(body: DetokenizeRequest, engine: EngineDep) -> DetokenizeResponse:
+async def detokenize(body: DetokenizeRequest, engine: EngineDep, request: HttpRequest) -> DetokenizeResponse:
     service = service_named(engine, body.model)
+    limit = request.app.state.settings.max_tokenize_tokens
+    if len(body.tokens) > limit:
+        raise too_many_tokens(len(body.tokens), limit, "tokens")
     vocab = service.artifact.vocab_size
     bad = [t for t in body.tokens if t >= vocab]
     if bad:
         raise ApiError(422, "validation_error", f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})", "tokens")
-    return DetokenizeResponse(prompt=service.tokenizer.decode(body.tokens))
+    tokenizer = service.tokenizer
+    large = len(body.tokens) > LARGE_INPUT_CHARS // 4
+    [text] = await tokenizer_slots(request).run(lambda: tokenizer.decode_batch([body.tokens]), large=large)
+    return DetokenizeResponse(prompt=text)
 
 
 @router.get("/tokenizer_info")

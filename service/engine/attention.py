@@ -6,10 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pydantic_core
 
+from service.engine import budget
 from service.engine.errors import InvalidInput
 
 DECIMALS = 4
+SCALE = 10**DECIMALS
+# The JSON text of every weight rounded to DECIMALS in [0, 1]: repr(k / SCALE), what json gives the rounded float.
+_TEXT = np.array([repr(k / SCALE) for k in range(SCALE + 1)], dtype=object)
 # Maps grow as layers x heads x tokens^2 (and JSON makes them ~10x bigger): refuse longer sequences.
 MAX_TOKENS = 256
 
@@ -21,13 +26,16 @@ def check_length(tokens: int, field: str = "return_attention") -> None:
 
 def check_budget(values: int, limit: int) -> None:
     """Refuse a request whose attention maps would hold more than `limit` numbers (SERVE_MAX_ATTENTION_VALUES):
-    they grow as items x layers x heads x tokens^2, so a small request could otherwise ask for gigabytes."""
+    they grow as items x layers x heads x tokens^2, so a small request could otherwise ask for gigabytes.
+    Then reserve them from the server-wide budget (SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT), before any work:
+    many requests at the limit at once are refused (429) rather than held all together."""
     if values > limit:
         raise InvalidInput(
             f"the attention maps would hold {values:,} numbers; the limit is {limit:,} "
             "(SERVE_MAX_ATTENTION_VALUES): ask for fewer or shorter texts",
             "return_attention",
         )
+    budget.reserve(values, "return_attention")
 
 
 def stack_rows(blocks: list[np.ndarray], width: int) -> np.ndarray:
@@ -37,10 +45,32 @@ def stack_rows(blocks: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(padded, axis=1)
 
 
-def to_json(weights: np.ndarray) -> list[Any]:
-    """Nested lists rounded to a few decimals: plenty for a heat map, a fraction of the bytes."""
-    nested: list[Any] = np.round(weights.astype(np.float64), DECIMALS).tolist()
-    return nested
+class AttentionMap:
+    """One map as JSON text: nested arrays of the weights rounded to DECIMALS (plenty for a heat map, a
+    fraction of the bytes). The API's serializers put the text in place as it is (service/api/responses.py);
+    anything else refuses to serialize it (no __dict__), rather than write a wrong shape."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, json: str) -> None:
+        self.json = json
+
+
+def to_json(weights: np.ndarray) -> AttentionMap:
+    """The text json.dumps(np.round(weights, DECIMALS).tolist()) would give, without a Python float per
+    number (1M numbers made 32 MB of floats and lists, and fragmented the heap) and with the GIL let go
+    between rows: each weight's text comes from a table."""
+    rounded = np.rint(weights.astype(np.float64) * SCALE)  # np.round's own arithmetic, so the same values
+    if rounded.size and not (rounded.min() >= 0 and rounded.max() <= SCALE):  # NaN or not weights: no table
+        slow = pydantic_core.to_json(np.round(weights.astype(np.float64), DECIMALS).tolist(), inf_nan_mode="null")
+        return AttentionMap(slow.decode())
+    return AttentionMap(_nested(rounded.astype(np.intp)))
+
+
+def _nested(k: np.ndarray) -> str:
+    if k.ndim == 1:
+        return "[" + ",".join(_TEXT[k].tolist()) + "]"
+    return "[" + ",".join([_nested(part) for part in k]) + "]"
 
 
 @dataclass

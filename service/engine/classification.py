@@ -83,6 +83,13 @@ class ClassificationModel:
         self, items: list[ClassifyItem], busy: bool = False
     ) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
         """Label probabilities (and attention maps, where asked) for a right-padded batch."""
+        asked = [item.attention for item in items]
+        if any(asked) and not all(asked):
+            # A run returns maps for every row: the rows that asked get a run of their own, or one small
+            # request would make a batch of long texts fetch rows x layers x heads x tokens^2 numbers.
+            mapped = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if a], busy))
+            plain = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if not a], busy))
+            return [next(mapped) if a else next(plain) for a in asked]
         B, S = len(items), max(len(item.ids) for item in items)
         ids = np.full((B, S), self.pad, dtype=np.int64)
         types = np.zeros((B, S), dtype=np.int64)
@@ -90,10 +97,9 @@ class ClassificationModel:
         for b, item in enumerate(items):
             n = len(item.ids)
             ids[b, :n], types[b, :n], mask[b, :n] = item.ids, item.type_ids, 1
-        want = any(item.attention for item in items)
         out = self.session.run(
             {"input_ids": ids, "token_type_ids": types, "attention_mask": mask},
-            ["logits", *(self.attention_names if want else [])],
+            ["logits", *(self.attention_names if asked[0] else [])],
             busy=busy,
         )
         logits = np.asarray(out["logits"], dtype=np.float64)

@@ -25,8 +25,8 @@ class QueueFull(EngineError):
 
     type = "queue_full"
 
-    def __init__(self, message: str, retry_after_s: int = 1) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retry_after_s: int = 1, field: str | None = None) -> None:
+        super().__init__(message, field)
         self.retry_after_s = retry_after_s
 
 

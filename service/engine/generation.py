@@ -145,7 +145,8 @@ class GenerationModel:
         for b, row in enumerate(rows):
             if row.params.return_attention:
                 n = len(row.seq.prompt_ids)
-                row.attention = [[a[b, :, padded - n :, padded - n :]] for a in attn]  # [H, n, n]
+                # [H, n, n], copied: a view would keep the whole batch's maps for as long as the row decodes
+                row.attention = [[a[b, :, padded - n :, padded - n :].copy()] for a in attn]
         params = [r.params for r in rows]
         chooser = ChooserRows.create(
             [p.sampling for p in params], self.vocab_size, [r.seq.prompt_ids for r in rows], [p.logprobs for p in params]

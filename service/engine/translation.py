@@ -136,23 +136,13 @@ class TranslationModel:
 
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], TranslationBatch | None]:
         requests = [self._request(seq) for seq in sequences if isinstance(seq, TranslationSequence)]
-        B, S = len(requests), max(len(r.seq.src_ids) for r in requests)
-        ids = np.full((B, S), self.pad, dtype=np.int64)
-        mask = np.zeros((B, S), dtype=np.int64)
-        for i, r in enumerate(requests):  # right padding, as the encoder was trained
-            n = len(r.seq.src_ids)
-            ids[i, :n] = r.seq.src_ids
-            mask[i, :n] = 1
-        want = any(r.seq.params.return_attention for r in requests)
-        wanted = self.cross + (self.encoder_attention if want else [])
-        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, wanted, keep=self.cross)
+        B = len(requests)
+        ids, mask = self._sources(requests)
+        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, self.cross, keep=self.cross)
         attention: list[RowAttention | None] | None = None
-        if want:
-            attention = []
-            for i, r in enumerate(requests):
-                n = len(r.seq.src_ids)
-                r.encoder_attention = [out[name][i, :, :n, :n] for name in self.encoder_attention]
-                attention.append(RowAttention.empty(self.n_layers) if r.seq.params.return_attention else None)
+        if any(r.seq.params.return_attention for r in requests):
+            self._encoder_maps([r for r in requests if r.seq.params.return_attention])
+            attention = [RowAttention.empty(self.n_layers) if r.seq.params.return_attention else None for r in requests]
         greedy = [r for r in requests if not r.beams]
         chooser = ChooserRows.create([r.seq.params.sampling or GREEDY for r in greedy], self.vocab_size, (), [0] * len(greedy))
         stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
@@ -161,6 +151,26 @@ class TranslationModel:
         targets = Targets.empty(B, self.artifact.max_positions)
         next_ids = np.full((B, 1), self.bos, dtype=np.int64)
         return [], TranslationBatch(self, requests, np.ones(B, np.int64), targets, chooser, stops, attention, cache, cross, next_ids)
+
+    def _sources(self, requests: list[_Request]) -> tuple[np.ndarray, np.ndarray]:
+        """Source ids and mask, right-padded (as the encoder was trained)."""
+        B, S = len(requests), max(len(r.seq.src_ids) for r in requests)
+        ids = np.full((B, S), self.pad, dtype=np.int64)
+        mask = np.zeros((B, S), dtype=np.int64)
+        for i, r in enumerate(requests):
+            n = len(r.seq.src_ids)
+            ids[i, :n] = r.seq.src_ids
+            mask[i, :n] = 1
+        return ids, mask
+
+    def _encoder_maps(self, requests: list[_Request]) -> None:
+        """The encoder's maps of the requests that asked, from a run of their own: a run returns maps for
+        every row, and the batch's other sources (up to 64, of up to 512 tokens) would make them hundreds of MB."""
+        ids, mask = self._sources(requests)
+        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, self.encoder_attention)
+        for i, r in enumerate(requests):
+            n = len(r.seq.src_ids)
+            r.encoder_attention = [out[name][i, :, :n, :n].copy() for name in self.encoder_attention]
 
     def _request(self, seq: TranslationSequence) -> _Request:
         p = seq.params
@@ -353,7 +363,8 @@ class TranslationBatch(SequenceBatch[_Request]):
             if rows is not None:
                 keys = cache.mask[row].astype(bool)  # drop left padding
                 src = int(self.cross.mask[row].sum())  # drop right padding
-                rows.record([out[name][row][:, :, keys] for name in self_maps], [out[name][row][:, :, :src] for name in cross_maps])
+                # Copies (the mask indexing copies already): a view would keep every row's step maps.
+                rows.record([out[name][row][:, :, keys] for name in self_maps], [out[name][row][:, :, :src].copy() for name in cross_maps])
 
     def _take(self, requests: list[int]) -> TranslationBatch | None:
         if not requests:

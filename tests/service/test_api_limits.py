@@ -3,6 +3,13 @@
 import asyncio
 import json
 import threading
+import time
+from typing import Any
+
+import pytest
+
+from service.api.errors import ApiError
+from service.api.worker_slots import WorkerSlots
 
 
 async def wait_until(predicate, timeout: float = 5.0) -> float:
@@ -94,3 +101,117 @@ async def test_timeout_is_504_and_frees_the_slot(serving, slow_down) -> None:
         slow_down(s.engine.translator.model.decoder, 0.02)
         r = await s.client.post("/v1/translate", json={"text": "hi", "num_beams": 1, "max_new_tokens": 30})
         assert r.status_code == 504
+
+
+# --- what a request can make the server hold ------------------------------------------------------------
+
+
+def _classifier_maps(s, text: str) -> int:
+    """The numbers of the classifier's attention maps of one text (layers x heads x tokens^2)."""
+    model, tokens = s.engine.classifier.model, len(s.engine.classifier.tokenizer.encode(text).ids)
+    return len(model.attention_names) * s.engine.classifier.artifact.n_heads * tokens**2
+
+
+async def test_attention_budget_is_shared_by_the_requests_in_flight(serving, slow_down) -> None:
+    text = "one two three four five"
+    async with serving() as probe:
+        values = _classifier_maps(probe, text)
+    limit = values + values // 2  # one request fits, two do not
+    async with serving(max_attention_values=limit, max_attention_values_in_flight=limit) as s:
+        budget = s.app.state.attention_budget
+        gate = slow_down(s.engine.classifier.model.session)
+        gate.clear()
+        body = {"text": text, "return_attention": True}
+        first = asyncio.ensure_future(s.client.post("/v1/classify", json=body))
+        await wait_until(lambda: budget.held == values)
+        r = await s.client.post("/v1/classify", json=body)
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        error = r.json()["error"]
+        assert error["field"] == "return_attention" and "SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT" in error["message"]
+        gate.set()
+        assert (await first).status_code == 200
+        assert budget.held == 0  # given back once the response was sent
+        assert (await s.client.post("/v1/classify", json=body)).status_code == 200
+
+
+async def test_attention_budget_is_given_back_by_streams_and_refused_requests(serving, slow_down) -> None:
+    async with serving(max_batch_size=1, max_queue_size=1) as s:
+        budget = s.app.state.attention_budget
+        body = {"prompt": "one two", "max_new_tokens": 3, "stream": True, "return_attention": True}
+        r = await s.client.post("/v1/generate", json=body)
+        assert r.status_code == 200 and "event: done" in r.text and budget.held == 0
+        gate = slow_down(s.engine.classifier.model.session)
+        gate.clear()  # one request runs (stuck), one waits; the third reserves its maps, then the queue refuses it
+        first = asyncio.ensure_future(s.client.post("/v1/classify", json={"text": "one"}))
+        await wait_until(lambda: s.engine.classifier.scheduler.running == 1)
+        second = asyncio.ensure_future(s.client.post("/v1/classify", json={"text": "two"}))
+        await wait_until(lambda: s.engine.classifier.scheduler.waiting == 1)
+        r = await s.client.post("/v1/classify", json={"text": "three", "return_attention": True})
+        assert r.status_code == 429 and r.json()["error"]["type"] == "queue_full"
+        assert budget.held == 0
+        gate.set()
+        assert (await first).status_code == 200 and (await second).status_code == 200
+
+
+async def test_tokenizer_routes_have_a_token_limit(serving) -> None:
+    async with serving(max_tokenize_tokens=8) as s:
+        r = await s.client.post("/tokenize", json={"prompt": "one two three four five six seven eight nine ten"})
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert error["field"] == "prompt" and "SERVE_MAX_TOKENIZE_TOKENS" in error["message"]
+        r = await s.client.post("/detokenize", json={"tokens": list(range(9))})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "tokens"
+        r = await s.client.post("/tokenize", json={"prompt": "one two", "return_token_strs": True})
+        assert r.status_code == 200 and r.json()["count"] == len(r.json()["tokens"]) == len(r.json()["token_strs"])
+        assert (await s.client.post("/detokenize", json={"tokens": r.json()["tokens"]})).json()["prompt"]
+
+
+class _HeldTokenizer:
+    """A tokenizer whose encoding and decoding wait for `gate` (a long input), wherever they are called."""
+
+    def __init__(self, tokenizer: Any, gate: threading.Event) -> None:
+        self._tokenizer, self._gate = tokenizer, gate
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._tokenizer, name)
+        if name not in ("encode", "encode_batch", "decode", "decode_batch"):
+            return value
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            assert self._gate.wait(10)
+            return value(*args, **kwargs)
+
+        return held
+
+
+async def test_tokenizer_work_runs_off_the_event_loop(serving, monkeypatch) -> None:
+    async with serving() as s:
+        gate = threading.Event()
+        timer = threading.Timer(3.0, gate.set)  # the work ends by itself: a loop it blocked stays blocked till then
+        timer.start()
+        monkeypatch.setattr(s.engine.generator, "tokenizer", _HeldTokenizer(s.engine.generator.tokenizer, gate))
+        calls = [
+            asyncio.ensure_future(s.client.post("/tokenize", json={"prompt": "a long text"})),
+            asyncio.ensure_future(s.client.post("/detokenize", json={"tokens": [5, 6, 7]})),
+        ]
+        await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        assert (await s.client.get("/health")).status_code == 200
+        assert time.perf_counter() - started < 1.0 and not gate.is_set()
+        gate.set()
+        timer.cancel()
+        assert [(await c).status_code for c in calls] == [200, 200]
+
+
+async def test_waiting_tokenizer_work_is_bounded() -> None:
+    slots = WorkerSlots(workers=1, max_waiting=1, what="tokenizer work")
+    gate = threading.Event()
+    running = asyncio.ensure_future(slots.run(lambda: gate.wait(10)))
+    waiting = asyncio.ensure_future(slots.run(lambda: 2))
+    await wait_until(lambda: slots.running == 1 and slots.waiting == 1)
+    with pytest.raises(ApiError) as refused:
+        await slots.run(lambda: 3)
+    assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "1"
+    gate.set()
+    assert await running is True and await waiting == 2
+    assert slots.running == 0 and slots.waiting == 0

@@ -8,10 +8,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pydantic_core
 import pytest
 
 from service.app import cut_off
+from service.engine import attention
+from service.engine.classification import ClassifyItem
 from service.engine.engine import Engine
+from service.engine.generation import GenerationParams
+from service.engine.translation import TranslationParams, TranslationSequence
 from service.runtime.artifact import ArtifactError
 from tests.service.sse_events import events
 
@@ -177,3 +183,92 @@ async def test_streamed_attention_arrives_in_the_done_event(served) -> None:
     r = await served.client.post("/v1/generate", json=body)
     name, done = events(r.content)[-1]
     assert name == "done" and done["attention"]["layers"]
+
+
+# --- attention maps: what the server holds for them -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        np.random.default_rng(0).random((3, 5, 7)).astype(np.float32),
+        np.array([[[0.00005, 0.99995, 0.123449, 0.5, 1.0, 0.0]]]),
+        np.zeros((2, 0, 0)),
+        np.zeros((2, 0, 4)),
+        np.array([[[np.nan, 0.5, 1.25, -0.5]]]),  # not weights: the general path, NaN as null
+    ],
+)
+def test_attention_json_is_the_json_of_the_rounded_floats(weights: np.ndarray) -> None:
+    expected = pydantic_core.to_json(np.round(weights.astype(np.float64), 4).tolist(), inf_nan_mode="null").decode()
+    assert attention.to_json(weights).json == expected
+
+
+def _own(array: np.ndarray) -> bool:
+    """Not a slice of a larger array (a batch's output): the root of its bases is no bigger than it."""
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root.nbytes <= array.nbytes
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, session: Any) -> list[tuple[int, list[str]]]:
+    """(rows, outputs) of every run of an ORT session."""
+    calls: list[tuple[int, list[str]]] = []
+    original = session.run
+
+    def run(feeds: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append((len(next(iter(feeds.values()))), list(outputs)))
+        return original(feeds, outputs, *args, **kwargs)
+
+    monkeypatch.setattr(session, "run", run)
+    return calls
+
+
+def test_only_the_rows_that_ask_fetch_classifier_maps(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    clf = served.engine.classifier
+    calls = _spy(monkeypatch, clf.model.session)
+    items = clf.tokenize(["one", "two three four five six seven", "eight nine"], ["text"] * 3, attention=False)
+    items[1] = ClassifyItem(items[1].ids, items[1].type_ids, attention=True)
+    results = clf.model.run_batch(items)
+    with_maps = [(rows, outputs) for rows, outputs in calls if len(outputs) > 1]
+    assert [rows for rows, _ in with_maps] == [1] and sorted(rows for rows, _ in calls) == [1, 2]
+    assert [maps is not None for _, maps in results] == [False, True, False]
+    n = len(items[1].ids)
+    assert results[1][1] is not None and results[1][1][0].shape == (clf.artifact.n_heads, n, n)
+    alone = clf.model.run_batch([items[0], items[2]])  # the plain rows' run is theirs alone
+    assert np.allclose(results[0][0], alone[0][0]) and np.allclose(results[2][0], alone[1][0])
+
+
+def test_kept_translation_maps_are_the_asking_rows_own(served, monkeypatch: pytest.MonkeyPatch) -> None:
+    tr = served.engine.translator
+    calls = _spy(monkeypatch, tr.model.encoder)
+    plain = TranslationSequence(tr.tokenize(["a much longer source text than the other one"], ["text"])[0],
+                                TranslationParams(num_beams=1), 4)  # fmt: skip
+    asking = TranslationSequence(tr.tokenize(["short"], ["text"])[0], TranslationParams(num_beams=1, return_attention=True), 4)
+    _, batch = tr.model.prefill([plain, asking])
+    assert batch is not None and batch.attention is not None
+    with_maps = [(rows, outputs) for rows, outputs in calls if any("attention" in o for o in outputs)]
+    assert [rows for rows, _ in with_maps] == [1]  # the long source's maps were never fetched
+    maps = batch.requests[1].encoder_attention
+    assert maps and all(_own(m) for m in maps)  # its own arrays, not views of the batch's output
+    batch.step()
+    kept = batch.attention[1]
+    assert kept is not None and all(_own(block) for rows in kept.cross_attn + kept.self_attn for block in rows)
+
+
+def test_kept_generation_maps_are_the_asking_rows_own(served) -> None:
+    gen = served.engine.generator
+    long = gen.sequence(gen.tokenize("a much longer prompt than the other one", "prompt"), GenerationParams(max_new_tokens=2))
+    asking = gen.sequence(gen.tokenize("short", "prompt"), GenerationParams(max_new_tokens=2, return_attention=True))
+    _, batch = gen.model.prefill([long, asking])
+    assert batch is not None
+    row = next(r for r in batch.entries if r.params.return_attention)
+    assert row.attention and all(_own(block) for blocks in row.attention for block in blocks)
+    batch.step()
+    assert all(_own(block) for blocks in row.attention for block in blocks)
+
+
+def test_the_attention_budget_holds_one_request_at_the_limit(make_settings) -> None:
+    assert make_settings(max_attention_values=1000, max_attention_values_in_flight=1000).max_attention_values == 1000
+    with pytest.raises(ValueError, match="could never be served"):
+        make_settings(max_attention_values=1000, max_attention_values_in_flight=999)

@@ -1,0 +1,183 @@
+"""What a burst of requests makes a server hold: RSS and /health latency of a real `python -m service`
+(the committed artifacts, default settings unless given) during and after
+
+- `attention`: N concurrent largest-allowed `return_attention` requests (/v1/classify, one text at the
+  longest length SERVE_MAX_ATTENTION_VALUES lets through), RSS sampled until 10 s after each burst;
+- `tokenize`: N concurrent /tokenize requests of about 900 KB each.
+
+    python -m scripts.probe_holds attention --concurrency 96 --bursts 2
+    python -m scripts.probe_holds tokenize --concurrency 8
+    python -m scripts.probe_holds attention --setting SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT=2097152
+
+Prints one JSON object of figures. /health is timed from a process of its own (`health_watch`): a client
+that reads megabytes of attention maps in the same event loop would time itself, not the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from tests.reliability.harness import LocalServer, rss_mb
+
+REVIEW = "a very long and quite repetitive review of a film "
+TOKENIZE_PROMPT = ("The Congress of the United States shall assemble at least once in every year. " * 11_600)[:900_000]
+
+
+class ProbedServer(LocalServer):
+    def rss(self) -> float:
+        return rss_mb(self.proc.pid)
+
+
+def _client(server: ProbedServer) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=server.url, timeout=300, limits=httpx.Limits(max_connections=None))
+
+
+def health_watch(port: int) -> None:
+    """Time GET /health every 20 ms until stdin closes; print the worst time in ms."""
+    import select
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    worst = 0.0
+    while not select.select([sys.stdin], [], [], 0.02)[0]:
+        started = time.perf_counter()
+        conn.request("GET", "/health")
+        conn.getresponse().read()
+        worst = max(worst, time.perf_counter() - started)
+    print(round(1000 * worst), flush=True)
+
+
+@contextmanager
+def _health_watcher(server: ProbedServer) -> Iterator[list[int]]:
+    """The worst /health time in ms, in the yielded list once the block is done."""
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "scripts.probe_holds", "health", "--port", str(server.port)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    worst: list[int] = []
+    time.sleep(0.5)  # started and polling
+    try:
+        yield worst
+    finally:
+        out, _ = watcher.communicate("stop\n", timeout=60)
+        worst.append(int(out.strip()))
+
+
+async def _longest_allowed(http: httpx.AsyncClient) -> str:
+    """The longest repetition of REVIEW one classify request with attention may carry."""
+    best = REVIEW
+    for repeats in range(1, 40):
+        text = REVIEW * repeats
+        r = await http.post("/v1/classify", json={"text": text, "return_attention": True})
+        if r.status_code != 200:
+            break
+        best = text
+    return best
+
+
+async def _attention_burst(server: ProbedServer, http: httpx.AsyncClient, text: str, n: int) -> dict[str, Any]:
+    before = server.rss()
+    stop, peak = asyncio.Event(), [before]
+
+    async def sample() -> None:
+        while not stop.is_set():
+            peak.append(server.rss())
+            await asyncio.sleep(0.05)
+
+    async def one() -> tuple[int, int]:
+        r = await http.post("/v1/classify", json={"text": text, "return_attention": True})
+        return r.status_code, len(r.content)
+
+    with _health_watcher(server) as worst:
+        sampler = asyncio.ensure_future(sample())
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one() for _ in range(n)))
+        ended = time.perf_counter()
+        stop.set()
+        await sampler
+    after = {}
+    for t in (1, 5, 10):
+        await asyncio.sleep(max(0.0, t - (time.perf_counter() - ended)))
+        after[f"rss_after_{t}s_mb"] = round(server.rss())
+    return {
+        "statuses": dict(Counter(s for s, _ in answers)),
+        "response_mb": round(max(size for _, size in answers) / 1e6, 2),
+        "burst_s": round(ended - started, 1),
+        "rss_before_mb": round(before),
+        "rss_peak_mb": round(max(peak)),
+        **after,
+        "health_worst_ms": worst[0],
+    }
+
+
+async def attention(server: ProbedServer, concurrency: int, bursts: int) -> dict[str, Any]:
+    async with _client(server) as http:
+        text = await _longest_allowed(http)
+        await asyncio.sleep(2.0)
+        figures: dict[str, Any] = {"concurrency": concurrency, "rss_baseline_mb": round(server.rss())}
+        for burst in range(bursts):
+            figures[f"burst_{burst + 1}"] = await _attention_burst(server, http, text, concurrency)
+    return figures
+
+
+async def tokenize(server: ProbedServer, concurrency: int) -> dict[str, Any]:
+    async with _client(server) as http:
+        baseline = server.rss()
+
+        async def one() -> tuple[int, str]:
+            r = await http.post("/tokenize", json={"prompt": TOKENIZE_PROMPT})
+            return r.status_code, str(r.json()["count"]) if r.status_code == 200 else r.text[:200]
+
+        with _health_watcher(server) as worst:
+            started = time.perf_counter()
+            answers = await asyncio.gather(*(one() for _ in range(concurrency)))
+            burst_s = time.perf_counter() - started
+        await asyncio.sleep(1.0)
+        rss_after = server.rss()
+    return {
+        "concurrency": concurrency,
+        "prompt_bytes": len(TOKENIZE_PROMPT),
+        "statuses": dict(Counter(s for s, _ in answers)),
+        "first_answer": answers[0][1],
+        "burst_s": round(burst_s, 2),
+        "health_worst_ms": worst[0],
+        "rss_baseline_mb": round(baseline),
+        "rss_after_1s_mb": round(rss_after),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("probe", choices=["attention", "tokenize", "health"], help="health: the /health timer")
+    parser.add_argument("--port", type=int, help="health: the server's port")
+    parser.add_argument("--concurrency", type=int, default=None, help="default: 96 (attention), 8 (tokenize)")
+    parser.add_argument("--bursts", type=int, default=1, help="attention: bursts one after the other")
+    parser.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the server")
+    args = parser.parse_args()
+    if args.probe == "health":
+        health_watch(args.port)
+        return
+    settings = dict(item.split("=", 1) for item in args.setting)
+    concurrency = args.concurrency or (96 if args.probe == "attention" else 8)
+    with ProbedServer(base={"SERVE_LOG_LEVEL": "warning"}, **settings) as server:
+        server.wait_ready(timeout=300)
+        if args.probe == "attention":
+            figures = asyncio.run(attention(server, concurrency, args.bursts))
+        else:
+            figures = asyncio.run(tokenize(server, concurrency))
+    print(json.dumps({"probe": args.probe, "settings": settings, **figures}))
+
+
+if __name__ == "__main__":
+    main()
