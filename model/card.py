@@ -8,12 +8,17 @@ from typing import Any
 
 from torch import nn
 
+from model.intended_use import with_intended_use
+from service.contract.cards import use_summary
+
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # tied weights are counted once by parameters()
 
 
 def write_card(run_dir: Path, card: dict[str, Any]) -> None:
+    """card.json and card.md of one of our models, with its intended use (model/intended_use.py)."""
+    card = with_intended_use(card)
     (run_dir / "card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
     lines = [f"# {card['model']}", "", card.get("summary", ""), ""]
     lines += ["| | |", "|---|---|"]
@@ -22,7 +27,30 @@ def write_card(run_dir: Path, card: dict[str, Any]) -> None:
     lines += [f"| data | {card['data']['description']} |", f"| license | {card['data']['license']} |"]
     for name, value in flatten_metrics(card["metrics"]):
         lines.append(f"| {name} | {value} |")
+    lines += use_sections(card)
     (run_dir / "card.md").write_text("\n".join(lines) + "\n")
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def use_sections(card: dict[str, Any]) -> list[str]:
+    """card.md's "Intended use" and "Outside the training domains" sections (none when the card has no
+    intended use); both card writers (this one and model/hf_artifact.py's) end with them."""
+    if use_summary(card) is None:
+        return []
+    use = " ".join(card["intended_use"].split()).rstrip(".")
+    lines = ["", "## Intended use", "", f"{use[0].upper()}{use[1:]}.", ""]
+    lines += ["Trained on:", ""] + [f"- {domain}" for domain in card.get("domains", [])]
+    if card.get("out_of_scope"):
+        lines += ["", "Not for:", ""] + [f"- {item}" for item in card["out_of_scope"]]
+    examples = card.get("out_of_domain_examples")
+    if examples:
+        lines += ["", "## Outside the training domains", "", card.get("out_of_domain_examples_how", ""), "",
+                  "| input | the model's answer | note |", "|---|---|---|"]
+        lines += [f"| {_cell(e['input'])} | {_cell(e['output'])} | {_cell(e['note'])} |" for e in examples]
+    return lines
 
 
 def flatten_metrics(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

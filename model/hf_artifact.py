@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from model.card import count_parameters
+from model.card import count_parameters, use_sections
 from model.export import export_model
 from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
 from model.hf_tokenizer import load_tokenizer, special_tokens
@@ -84,6 +84,7 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     for key, value in card.get("metrics", {}).items():
         lines.append(f"| {key} | {value} |")
     lines += [f"| note | {note} |" for note in card.get("notes", [])]
+    lines += use_sections(card)  # a card with an intended use (scripts/finetune_pretrained.py writes one)
     (out / "card.md").write_text("\n".join(lines) + "\n")
 
 

@@ -200,20 +200,27 @@ def export_and_measure_translation(run_dir: Path, card: dict[str, Any], args: Re
     from model.checkpoint import export_checkpoint
     from scripts.evaluate_translation import evaluate
 
-    finish_card(run_dir, card)  # the export copies the card (and its curve) into the artifact
+    finish_card(run_dir, card, examples=False)  # the export copies the card (and its curve) into the artifact
     export_checkpoint("translator", run_dir, run_dir / "export" / "translator", int8=False)
     return asyncio.run(evaluate(run_dir / "export", args.data_dir / "translation", args.eval_limit,
                                 threads=torch.get_num_threads()))
 
 
-def finish_card(run_dir: Path, card: dict[str, Any]) -> None:
-    """card.json, card.md and the learning curve in the run folder, and in its export when there is one."""
+def finish_card(run_dir: Path, card: dict[str, Any], examples: bool = True) -> None:
+    """card.json, card.md and the learning curve in the run folder, and in its export when there is one;
+    with ``examples``, the export's served answers outside the training domains go into both cards
+    (model/card_examples.py)."""
+    from model.card_examples import refresh_card
+
     write_card(run_dir, card)
     plot_learning_curve(card, run_dir / "learning_curve.png")
     export = run_dir / "export" / card["model"]
     if export.is_dir():
         for name in ("card.json", "card.md", "learning_curve.png"):
             shutil.copyfile(run_dir / name, export / name)
+        if examples and refresh_card(export) is not None:
+            for name in ("card.json", "card.md"):
+                shutil.copyfile(export / name, run_dir / name)
 
 
 def train_generator(args: RecipeArgs) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from model.card_examples import refresh_card
 from model.data import read_jsonl
 from model.data.classification import LABELS
 from model.hf_artifact import checkpoint_license, export_imported, import_card, torch_parity, write_card
@@ -97,6 +98,7 @@ def main() -> None:
         "better_on_validation": better,
     }
     write_card(args.out, card)
+    refresh_card(args.out, args.threads or 2)  # its intended use and its answers outside the training domains
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps({"results": results, "better_on_validation": better,
                       "minutes": round((time.time() - started) / 60, 1)}, indent=2))

@@ -1,4 +1,5 @@
-"""GET /v1/models and /v1/models/{id}: what is served (OpenAI list shape, plus task, dims, provider, quantization, card metrics)."""
+"""GET /v1/models and /v1/models/{id}: what is served (OpenAI list shape, plus task, what it is for, dims, provider,
+quantization, card metrics)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from fastapi import APIRouter
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import ModelCard, ModelList
+from service.contract.cards import no_use_summary, use_summary
 from service.engine.engine import Engine, ModelInfo
 
 router = APIRouter(tags=["models"])
@@ -20,6 +22,7 @@ def _card(info: ModelInfo, details: bool, default: bool) -> ModelCard:
         id=info.name,
         created=int(info.loaded_at),
         task=a.task,
+        summary=use_summary(a.card) or no_use_summary(a.task),
         default=default,
         architecture=a.architecture,
         dims=a.dims,

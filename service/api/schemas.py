@@ -355,6 +355,10 @@ class ModelCard(Response):
     created: int
     owned_by: str = "transformer-serving"
     task: str
+    summary: str = Field(
+        description="one line from the model card: what the model is for and the domains it was trained on "
+        "(the card's intended_use and domains); present with SERVE_MODEL_DETAILS=false too"
+    )
     default: bool = Field(description="answers the requests of its task that name no model")
     architecture: str
     dims: dict[str, int]
