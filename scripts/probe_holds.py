@@ -9,30 +9,25 @@
     python -m scripts.probe_holds tokenize --concurrency 8
     python -m scripts.probe_holds attention --setting SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT=2097152
 
-Prints one JSON object of figures. /health is timed from a process of its own (`health_watch`): a client
-that reads megabytes of attention maps in the same event loop would time itself, not the server.
+Prints one JSON object of figures. /health is timed from a process of its own (the reliability suite's
+`health_timer`): a client that reads megabytes of attention maps in the same event loop would time itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
 from tests.reliability.harness import LocalServer, rss_mb
+from tests.reliability.traffic import TOKENIZE_PROMPT, health_timer
 
 REVIEW = "a very long and quite repetitive review of a film "
-TOKENIZE_PROMPT = ("The Congress of the United States shall assemble at least once in every year. " * 11_600)[:900_000]
 
 
 class ProbedServer(LocalServer):
@@ -42,36 +37,6 @@ class ProbedServer(LocalServer):
 
 def _client(server: ProbedServer) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=server.url, timeout=300, limits=httpx.Limits(max_connections=None))
-
-
-def health_watch(port: int) -> None:
-    """Time GET /health every 20 ms until stdin closes; print the worst time in ms."""
-    import select
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    worst = 0.0
-    while not select.select([sys.stdin], [], [], 0.02)[0]:
-        started = time.perf_counter()
-        conn.request("GET", "/health")
-        conn.getresponse().read()
-        worst = max(worst, time.perf_counter() - started)
-    print(round(1000 * worst), flush=True)
-
-
-@contextmanager
-def _health_watcher(server: ProbedServer) -> Iterator[list[int]]:
-    """The worst /health time in ms, in the yielded list once the block is done."""
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "scripts.probe_holds", "health", "--port", str(server.port)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    worst: list[int] = []
-    time.sleep(0.5)  # started and polling
-    try:
-        yield worst
-    finally:
-        out, _ = watcher.communicate("stop\n", timeout=60)
-        worst.append(int(out.strip()))
 
 
 async def _longest_allowed(http: httpx.AsyncClient) -> str:
@@ -99,7 +64,7 @@ async def _attention_burst(server: ProbedServer, http: httpx.AsyncClient, text: 
         r = await http.post("/v1/classify", json={"text": text, "return_attention": True})
         return r.status_code, len(r.content)
 
-    with _health_watcher(server) as worst:
+    with health_timer(server.url) as worst:
         sampler = asyncio.ensure_future(sample())
         started = time.perf_counter()
         answers = await asyncio.gather(*(one() for _ in range(n)))
@@ -117,7 +82,7 @@ async def _attention_burst(server: ProbedServer, http: httpx.AsyncClient, text: 
         "rss_before_mb": round(before),
         "rss_peak_mb": round(max(peak)),
         **after,
-        "health_worst_ms": worst[0],
+        "health_worst_ms": round(1000 * worst[0]),
     }
 
 
@@ -139,7 +104,7 @@ async def tokenize(server: ProbedServer, concurrency: int) -> dict[str, Any]:
             r = await http.post("/tokenize", json={"prompt": TOKENIZE_PROMPT})
             return r.status_code, str(r.json()["count"]) if r.status_code == 200 else r.text[:200]
 
-        with _health_watcher(server) as worst:
+        with health_timer(server.url) as worst:
             started = time.perf_counter()
             answers = await asyncio.gather(*(one() for _ in range(concurrency)))
             burst_s = time.perf_counter() - started
@@ -151,7 +116,7 @@ async def tokenize(server: ProbedServer, concurrency: int) -> dict[str, Any]:
         "statuses": dict(Counter(s for s, _ in answers)),
         "first_answer": answers[0][1],
         "burst_s": round(burst_s, 2),
-        "health_worst_ms": worst[0],
+        "health_worst_ms": round(1000 * worst[0]),
         "rss_baseline_mb": round(baseline),
         "rss_after_1s_mb": round(rss_after),
     }
@@ -159,15 +124,11 @@ async def tokenize(server: ProbedServer, concurrency: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("probe", choices=["attention", "tokenize", "health"], help="health: the /health timer")
-    parser.add_argument("--port", type=int, help="health: the server's port")
+    parser.add_argument("probe", choices=["attention", "tokenize"])
     parser.add_argument("--concurrency", type=int, default=None, help="default: 96 (attention), 8 (tokenize)")
     parser.add_argument("--bursts", type=int, default=1, help="attention: bursts one after the other")
     parser.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the server")
     args = parser.parse_args()
-    if args.probe == "health":
-        health_watch(args.port)
-        return
     settings = dict(item.split("=", 1) for item in args.setting)
     concurrency = args.concurrency or (96 if args.probe == "attention" else 8)
     with ProbedServer(base={"SERVE_LOG_LEVEL": "warning"}, **settings) as server:

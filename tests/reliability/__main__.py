@@ -28,7 +28,7 @@ from tests.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, L
 from tests.reliability.report import README_BEGIN, README_END, table
 from tests.reliability.transport import TRANSPORT_SETTINGS
 
-ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "disconnects", "soak")
+ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "disconnects", "soak")
 ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain")
 # These end the server they run against: they run last.
 CONSUMING = ("sigterm", "stuck_drain")

@@ -19,8 +19,10 @@ CHECKS = {
     "load": "mixed requests at concurrency 64, each answer equal to the same request sent alone",
     "attention": (
         "return_attention: over the limit refused at once; the largest allowed answer bounded, "
-        "/health responsive, memory returned"
+        "/health responsive, memory returned; 96 at once: a few admitted by the server-wide budget, 429 + "
+        "Retry-After for the rest, RSS bounded by the budget and back within 10 s"
     ),
+    "tokenize": "8 concurrent ~900 KB /tokenize: off the event loop (/health timed apart), 422 past the token limit",
     "disconnects": "clients hanging up mid-stream and mid-request: gauges back to 0",
     "overload": "10x capacity (batch rows + queue): only 200 or 429 + Retry-After, bounded queue, normal latency after",
     "soak": "steady mixed traffic, RSS sampled: no growth trend",
@@ -41,6 +43,17 @@ CHECKS = {
 }
 
 
+def _burst(f: dict[str, Any]) -> str:
+    if "burst_statuses" not in f:
+        return ""
+    rss = (
+        f", RSS {f['burst_rss_before_mb']} -> {f['burst_rss_peak_mb']} -> {f['burst_rss_after_mb']} MB"
+        if "burst_rss_after_mb" in f
+        else ""
+    )
+    return f"; {f['burst_clients']} at once: {f['burst_statuses']}{rss}, /health worst {f['burst_health_worst_ms']} ms"
+
+
 def _figures(name: str, f: dict[str, Any]) -> str:
     if name == "schemathesis":
         return f"{f['requests']} requests, {f['server_errors']} 5xx, {f['failed_checks']} failed checks"
@@ -58,7 +71,13 @@ def _figures(name: str, f: dict[str, Any]) -> str:
         return (
             f"over limit: {f['refused_status']} in {f['refused_ms']} ms; "
             f"{f['allowed_texts']} x {f['tokens_per_text']} tokens: {f['response_mb']} MB in {f['response_s']} s;"
-            f"{rss} /health worst {f['health_worst_ms']} ms"
+            f"{rss} /health worst {f['health_worst_ms']} ms{_burst(f)}"
+        )
+    if name == "tokenize":
+        rss = f"; RSS {f['rss_before_mb']} -> {f['rss_after_mb']} MB" if "rss_after_mb" in f else ""
+        return (
+            f"{f['clients']} x {f['prompt_bytes'] // 1000} KB: {f['statuses']} in {f['burst_s']} s, "
+            f"/health worst {f['health_worst_ms']} ms{rss}"
         )
     if name == "disconnects":
         return f"{f['disconnects']} hang-ups, gauges at 0 after {f['gauges_zero_after_s']} s"

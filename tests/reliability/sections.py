@@ -9,7 +9,7 @@ runs them and writes the JSON report and the README table; tests/deploy/run.sh r
 from tests.reliability.contract import bad_input, schemathesis
 from tests.reliability.faults import artifacts, faults, sigterm
 from tests.reliability.harness import Outcome
-from tests.reliability.traffic import attention, disconnects, load, overload, soak
+from tests.reliability.traffic import attention, disconnects, load, overload, soak, tokenize
 from tests.reliability.transport import slow_clients, stuck_drain
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "slow_clients",
     "soak",
     "stuck_drain",
+    "tokenize",
 ]

@@ -38,6 +38,11 @@ async def test_attention_amplification(suite_server: Target, record: list[Outcom
     assert passed(outcome, record), outcome.failures
 
 
+async def test_tokenize_bursts(suite_server: Target, record: list[Outcome]) -> None:
+    outcome = await sections.tokenize(suite_server)
+    assert passed(outcome, record), outcome.failures
+
+
 async def test_disconnects(suite_server: Target, record: list[Outcome]) -> None:
     outcome = await sections.disconnects(suite_server)
     assert passed(outcome, record), outcome.failures

@@ -242,9 +242,9 @@ def test_only_the_rows_that_ask_fetch_classifier_maps(served, monkeypatch: pytes
 def test_kept_translation_maps_are_the_asking_rows_own(served, monkeypatch: pytest.MonkeyPatch) -> None:
     tr = served.engine.translator
     calls = _spy(monkeypatch, tr.model.encoder)
-    plain = TranslationSequence(tr.tokenize(["a much longer source text than the other one"], ["text"])[0],
-                                TranslationParams(num_beams=1), 4)  # fmt: skip
-    asking = TranslationSequence(tr.tokenize(["short"], ["text"])[0], TranslationParams(num_beams=1, return_attention=True), 4)
+    [long_src, short_src] = tr.tokenize(["a much longer source text than the other one", "short"], ["text"] * 2)
+    plain = TranslationSequence(long_src, TranslationParams(num_beams=1), 4)
+    asking = TranslationSequence(short_src, TranslationParams(num_beams=1, return_attention=True), 4)
     _, batch = tr.model.prefill([plain, asking])
     assert batch is not None and batch.attention is not None
     with_maps = [(rows, outputs) for rows, outputs in calls if any("attention" in o for o in outputs)]
@@ -258,8 +258,9 @@ def test_kept_translation_maps_are_the_asking_rows_own(served, monkeypatch: pyte
 
 def test_kept_generation_maps_are_the_asking_rows_own(served) -> None:
     gen = served.engine.generator
-    long = gen.sequence(gen.tokenize("a much longer prompt than the other one", "prompt"), GenerationParams(max_new_tokens=2))
-    asking = gen.sequence(gen.tokenize("short", "prompt"), GenerationParams(max_new_tokens=2, return_attention=True))
+    long_ids, short_ids = gen.tokenize("a much longer prompt than the other one", "prompt"), gen.tokenize("short", "prompt")
+    long = gen.sequence(long_ids, GenerationParams(max_new_tokens=2))
+    asking = gen.sequence(short_ids, GenerationParams(max_new_tokens=2, return_attention=True))
     _, batch = gen.model.prefill([long, asking])
     assert batch is not None
     row = next(r for r in batch.entries if r.params.return_attention)
