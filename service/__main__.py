@@ -114,7 +114,7 @@ def server_config(app: FastAPI, settings: Settings, **options: Any) -> uvicorn.C
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
-        "http": timeout_protocol(settings.header_timeout_s, settings.body_timeout_s),
+        "http": timeout_protocol(settings.header_timeout_s, settings.body_timeout_s, settings.send_timeout_s),
         "timeout_keep_alive": settings.keepalive_timeout_s,  # typed int, used as a call_later delay: any float
         "timeout_graceful_shutdown": TASK_GRACE_S,  # typed int, used as an asyncio.wait_for timeout: any float
     }

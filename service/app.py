@@ -37,9 +37,9 @@ n-best), a decoder-only generator (continuous batching, streaming, OpenAI-compat
 encoder classifier (dynamic batching, sentence pairs). Every endpoint can return attention maps.
 
 Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
-404 model not served here, 413 body too large, 422 invalid input, 429 queue full (with `Retry-After`),
-503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`, `/v1/models`) answer OpenAI's
-`{"error": {"message", "type", "param", "code"}}` instead.
+404 model not served here, 408 body not received in time, 413 body too large, 422 invalid input, 429 queue
+full (with `Retry-After`), 503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`,
+`/v1/models`) answer OpenAI's `{"error": {"message", "type", "param", "code"}}` instead.
 
 Clients: OpenAI SDKs (`/v1`), Hugging Face TGI and Inference API clients (`/generate`,
 `/generate_stream`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes (`/tokenize`,
@@ -47,7 +47,7 @@ Clients: OpenAI SDKs (`/v1`), Hugging Face TGI and Inference API clients (`/gene
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
 # configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 429, 500, 503, 504)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)}
 
 
 async def _warm_up(engine: Engine, enabled: bool) -> None:

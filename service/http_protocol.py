@@ -11,14 +11,25 @@ The body must then arrive whole within SERVE_BODY_TIMEOUT_S. The app reads it th
 which answers a late body with 408 (in the API's error shape, counted and logged like any answer) and so
 frees the request's in-flight slot; here the connection is marked to close after that answer. A body that
 no handler reads (the request was answered without it: 401, 404, 413) would otherwise hold the connection
-while it trickles in: it is closed at the same deadline."""
+while it trickles in: it is closed at the same deadline.
+
+A response's sends must each complete within SERVE_SEND_TIMEOUT_S. uvicorn's send waits while the
+transport's write buffer is above its high-water mark: a client that stops reading an event stream would
+hold its connection and its in-flight slot for good. Only that wait is timed, so a send that does not wait
+costs nothing more; when the timeout passes, the connection is aborted, which ends the request as a client
+that went away would (the engine stops its work, its slot is freed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+log = logging.getLogger(__name__)
 
 _BODY = json.dumps(
     {"error": {"type": "request_timeout", "message": "the request header was not received in time", "field": None}}
@@ -29,15 +40,50 @@ TIMEOUT_RESPONSE = (
 )
 
 
+class SendTimeoutFlow(FlowControl):
+    """uvicorn's flow control, whose drain (awaited by a send only while writing is paused) gives up after
+    `timeout_s`: the connection is then aborted. It runs in the task of the send that waits, so its log
+    line carries that request's id. A send that does not wait never gets here: measured under uvloop, an
+    SSE token's send costs 0.37 us, as with uvicorn's own flow control (0.36 us); an asyncio.timeout
+    around every send would cost 5.1 us more, an asyncio.wait_for 5.5 us."""
+
+    def __init__(self, transport: asyncio.Transport, timeout_s: float) -> None:
+        super().__init__(transport)
+        self.timeout_s = timeout_s
+        self.what = "a response"  # the request answering ("POST /v1/generate"), for the log line
+        self.cut = False
+
+    async def drain(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._is_writable_event.wait()
+            return
+        except TimeoutError:
+            pass
+        if not self.cut:  # once: another send waiting on the same buffer times out with it
+            self.cut = True
+            log.warning(
+                "%s: a send waited %g s for the client to read (SERVE_SEND_TIMEOUT_S); closing the connection",
+                self.what, self.timeout_s,
+            )
+        self._transport.abort()  # also when a close is under way: close() would wait for the unread buffer
+        # connection_lost (soon after the abort) marks the request disconnected and sets the event: the send
+        # then returns without writing, and the app's disconnect listener ends the request.
+        await self._is_writable_event.wait()
+
+
 class TimeoutProtocol(HttpToolsProtocol):
     header_timeout_s = 10.0
     body_timeout_s = 30.0
+    send_timeout_s = 60.0
+    _send_flow: SendTimeoutFlow
     _header_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
     _body_deadline: float | None = None  # loop time; set while a request's body is still arriving
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = self._send_flow = SendTimeoutFlow(transport, self.send_timeout_s)  # cycles take it from here
         self._arm_header()
 
     def data_received(self, data: bytes) -> None:
@@ -58,6 +104,11 @@ class TimeoutProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm_body()
         super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # The request now answering (a pipelined one starts when the one before it is answered).
+        self._send_flow.what = f"{cycle.scope['method']} {cycle.scope['path']}"
+        super()._start_asgi_task(cycle, app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header()
@@ -98,9 +149,8 @@ class TimeoutProtocol(HttpToolsProtocol):
             self.cycle.keep_alive = False
 
 
-def timeout_protocol(header_timeout_s: float, body_timeout_s: float) -> type[TimeoutProtocol]:
-    return type(
-        "TimeoutProtocol",
-        (TimeoutProtocol,),
-        {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s},
-    )
+def timeout_protocol(
+    header_timeout_s: float, body_timeout_s: float, send_timeout_s: float = 60.0
+) -> type[TimeoutProtocol]:
+    timeouts = {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s, "send_timeout_s": send_timeout_s}
+    return type("TimeoutProtocol", (TimeoutProtocol,), timeouts)

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     # ... and its whole body within this time after the header (slow-body clients get a 408 and are closed).
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # Each send of a response must complete within this time (a client that stops reading is cut and its
+    # request ended); nginx's send_timeout, 60 s.
+    send_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     # An idle keep-alive connection is closed after this long. Longer than clients keep idle connections
     # pooled (httpx 5 s, aiohttp 15 s, nginx upstream 60 s), so a client never sends a request on a
     # connection the server is closing at that instant; 75 s is nginx's own client keep-alive timeout.

@@ -26,10 +26,10 @@ from typing import Any
 from tests.reliability import sections
 from tests.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
 from tests.reliability.report import README_BEGIN, README_END, table
-from tests.reliability.transport import TRANSPORT_SETTINGS
+from tests.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "disconnects", "soak")
-ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain")
+ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain", "stuck_readers")
 # These end the server they run against: they run last.
 CONSUMING = ("sigterm", "stuck_drain")
 
@@ -58,6 +58,9 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
             target = server.wait_ready()
             for name in transport:
                 outcomes.append(await getattr(sections, name)(target))
+    if "stuck_readers" in names:
+        with LocalServer(**SEND_TIMEOUT_SETTINGS) as server:
+            outcomes.append(await sections.stuck_readers(server.wait_ready()))
     return outcomes
 
 

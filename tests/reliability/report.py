@@ -40,6 +40,10 @@ CHECKS = {
         "SIGTERM with streams whose client never reads and uploads still trickling in: exit 0 within the "
         "drain timeout + 0.5 s, no traceback logged"
     ),
+    "stuck_readers": (
+        "streams whose client never reads: ended at SERVE_SEND_TIMEOUT_S, gauges at 0 within it + 1 s, "
+        "connections closed, one warning with each request id, no traceback"
+    ),
 }
 
 
@@ -119,6 +123,12 @@ def _figures(name: str, f: dict[str, Any]) -> str:
             f"{f['stuck_streams']} unread streams + {f['slow_uploads']} slow uploads in flight: exit "
             f"{f['exit_status']} after {f['exit_after_s']} s (drain {f['drain_timeout_s']} s), "
             f"{f['tracebacks']} tracebacks"
+        )
+    if name == "stuck_readers":
+        return (
+            f"{f['stuck_streams']} unread streams, {f['in_flight_while_stuck']} in flight: gauges at 0 after "
+            f"{f['gauges_zero_after_s']} s (timeout {f['send_timeout_s']} s), {f['closed']} closed, "
+            f"{f['warned']} warned, {f['tracebacks']} tracebacks"
         )
     return ", ".join(f"{k} {v}" for k, v in f.items())
 

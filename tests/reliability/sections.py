@@ -10,7 +10,7 @@ from tests.reliability.contract import bad_input, schemathesis
 from tests.reliability.faults import artifacts, faults, sigterm
 from tests.reliability.harness import Outcome
 from tests.reliability.traffic import attention, disconnects, load, overload, soak, tokenize
-from tests.reliability.transport import slow_clients, stuck_drain
+from tests.reliability.transport import slow_clients, stuck_drain, stuck_readers
 
 __all__ = [
     "Outcome",
@@ -27,4 +27,5 @@ __all__ = [
     "soak",
     "stuck_drain",
     "tokenize",
+    "stuck_readers",
 ]

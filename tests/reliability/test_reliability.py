@@ -8,7 +8,7 @@ import os
 from tests.reliability import sections
 from tests.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
 from tests.reliability.sections import Outcome
-from tests.reliability.transport import TRANSPORT_SETTINGS
+from tests.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
 
@@ -81,3 +81,9 @@ async def test_slow_clients_then_stuck_drain(record: list[Outcome]) -> None:
         slow = await sections.slow_clients(target)
         stuck = await sections.stuck_drain(target)
     assert passed(slow, record) & passed(stuck, record), slow.failures + stuck.failures
+
+
+async def test_stuck_readers(record: list[Outcome]) -> None:
+    with LocalServer(**SEND_TIMEOUT_SETTINGS) as server:
+        outcome = await sections.stuck_readers(server.wait_ready())
+    assert passed(outcome, record), outcome.failures

@@ -1,5 +1,6 @@
 """The transport with slow and stuck clients: bodies that trickle in, the keep-alive idle boundary that
-clients' connection pools race, and SIGTERM while clients neither read their answers nor finish sending.
+clients' connection pools race, streams whose client never reads, and SIGTERM while clients neither read
+their answers nor finish sending.
 Raw sockets (asyncio streams): an HTTP client library would not misbehave this way on purpose."""
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from typing import Any
 import httpx
 
 from tests.reliability.harness import Outcome, Target, client, is_error_shape, metric, model_ids, timed
+from tests.reliability.traffic import _gauges
 
 # The sections' server: a body timeout short enough to wait for, longer than the drain (so the slow uploads
 # of stuck_drain are still mid-body when it ends), and the drain of the probe that found the overrun.
 TRANSPORT_SETTINGS = {"SERVE_BODY_TIMEOUT_S": "4", "SERVE_DRAIN_TIMEOUT_S": "3"}
+# stuck_readers' server: a send timeout short enough to wait for (on the server above it would cut
+# stuck_drain's unread streams before its SIGTERM).
+SEND_TIMEOUT_SETTINGS = {"SERVE_SEND_TIMEOUT_S": "1"}
 # httpx drops pooled connections idle for 5 s (uvicorn's old keep-alive timeout, to the same instant):
 # a connection idle a little longer must still take a request.
 IDLE_S = 5.5
@@ -32,14 +37,15 @@ def _address(target: Target) -> tuple[str, int]:
     return url.host, url.port or 80
 
 
-def _request(method: str, path: str, body: bytes = b"", length: int | None = None) -> bytes:
+def _request(method: str, path: str, body: bytes = b"", length: int | None = None, request_id: str = "") -> bytes:
     declared = len(body) if length is None else length
-    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n"
+    extra = f"X-Request-Id: {request_id}\r\n" if request_id else ""
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}Content-Length: {declared}\r\n\r\n"
     return head.encode() + body
 
 
-def _post(path: str, body: dict[str, Any]) -> bytes:
-    return _request("POST", path, json.dumps(body).encode())
+def _post(path: str, body: dict[str, Any], request_id: str = "") -> bytes:
+    return _request("POST", path, json.dumps(body).encode(), request_id=request_id)
 
 
 async def _reply(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
@@ -193,6 +199,101 @@ def _classified(metrics: httpx.Response) -> float:
     return metric(metrics.text, "serve_requests_total", endpoint="/v1/classify", status="200")
 
 
+async def _unread_answer(http: httpx.AsyncClient, target: Target, out: Outcome) -> bytes | None:
+    """A /v1/classify request whose answer (with attention maps) is about BIG_ANSWER_BYTES: unread, it
+    fills the socket buffers, so a request pipelined behind it blocks in its first send. None (and a
+    failure in `out`) if the server cannot make one."""
+    ids = await model_ids(http)
+    if not {"classification", "generation"} <= set(ids):
+        out.failures.append(f"needs a classifier and a generator; served: {sorted(ids)}")
+        return None
+    text = " ".join(["a very long and quite repetitive review of a film"] * 10)
+    one = await http.post("/v1/classify", json={"text": text, "return_attention": True})
+    if one.status_code != 200:
+        out.failures.append(f"the attention probe got {one.status_code}: {one.text[:200]}")
+        return None
+    result = one.json()["results"][0]  # attention: [layer][head][token][token]
+    layers = result["attention"]["layers"]
+    values = len(layers) * len(layers[0]) * result["input_tokens"] ** 2
+    allowed = int(target.setting("SERVE_MAX_ATTENTION_VALUES", "1048576")) // values
+    count = min(allowed, math.ceil(BIG_ANSWER_BYTES / len(one.content)))
+    out.figures["big_answer_texts"] = count
+    return _post("/v1/classify", {"text": [text] * count, "return_attention": True})
+
+
+async def _server_closed(sock: socket.socket, limit: float) -> bool:
+    """Whether the server closes (or resets) the connection within `limit` s; what it sent is read and dropped."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + limit
+    try:
+        while await asyncio.wait_for(loop.sock_recv(sock, 65536), max(0.0, deadline - time.monotonic())):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:  # reset: the abort
+        pass
+    return True
+
+
+@timed("stuck_readers")
+async def stuck_readers(target: Target, streams: int = 4) -> Outcome:
+    """Streams whose client never reads, each waiting in a send on full socket buffers: at
+    SERVE_SEND_TIMEOUT_S each is ended as if its client had gone away. The in-flight slots are freed and
+    the gauges back at 0 within the timeout + 1 s, the connections closed, one warning per stream naming
+    its request id, no traceback."""
+    out = Outcome("stuck_readers")
+    timeout = float(target.setting("SERVE_SEND_TIMEOUT_S", "60"))
+    limit = timeout + 1.0
+    address = _address(target)
+    request_ids = [f"stuck-reader-{i}" for i in range(streams)]
+    readers: list[socket.socket] = []
+    try:
+        async with client(target.url, connections=4) as http:
+            big = await _unread_answer(http, target, out)
+            if big is None:
+                return out
+            body = {"prompt": "Once", "max_new_tokens": 240, "ignore_eos": True, "stream": True}
+            answered = _classified(await http.get("/metrics"))
+            for request_id in request_ids:
+                readers.append(await _stuck_reader(address, big + _post("/v1/generate", body, request_id)))
+            # A stream starts when the answer before it is written out (and counted), and its first send waits.
+            deadline = time.monotonic() + 60
+            while _classified(await http.get("/metrics")) < answered + streams and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            blocked = time.monotonic()
+            held = metric((await http.get("/metrics")).text, "serve_inflight_requests")
+            left = await _gauges(http)
+            while left and time.monotonic() - blocked < limit + SLACK_S:  # past the limit too: how late, if late
+                await asyncio.sleep(0.05)
+                left = await _gauges(http)
+            freed_s = time.monotonic() - blocked
+            closed = await asyncio.gather(*(_server_closed(sock, SLACK_S) for sock in readers))
+    finally:
+        for sock in readers:
+            sock.close()
+    log = target.stderr()
+    warned = {i: sum("SERVE_SEND_TIMEOUT_S" in line for line in log.splitlines() if f"[{i}]" in line) for i in request_ids}
+    tracebacks = log.count("Traceback") + log.count("Exception in ASGI application")
+    out.figures |= {
+        "stuck_streams": streams,
+        "send_timeout_s": timeout,
+        "in_flight_while_stuck": held,
+        "gauges_zero_after_s": round(freed_s, 2) if not left else None,
+        "left": left,
+        "closed": sum(closed),
+        "warned": sum(n == 1 for n in warned.values()),
+        "tracebacks": tracebacks,
+    }
+    out.check(held >= streams, f"only {held} of {streams} unread streams were in flight")
+    out.check(not left and freed_s <= limit, f"gauges at {left} {freed_s:.2f} s after the streams blocked "
+              f"(SERVE_SEND_TIMEOUT_S {timeout}: due within {limit} s)")
+    out.check(all(closed), f"{streams - sum(closed)} unread connections still open")
+    if target.pid is not None:  # a server of ours: its log is at hand
+        out.check(all(n == 1 for n in warned.values()), f"warnings per request id: {warned}")
+        out.check(tracebacks == 0, f"the server logged {tracebacks} tracebacks")
+    return out
+
+
 @timed("stuck_drain")
 async def stuck_drain(target: Target, streams: int = 4, uploads: int = 4) -> Outcome:
     """SIGTERM while streams' clients never read (their sends wait on full socket buffers) and uploads
@@ -207,21 +308,9 @@ async def stuck_drain(target: Target, streams: int = 4, uploads: int = 4) -> Out
     trickles: list[asyncio.Future[None]] = []
     try:
         async with client(target.url, connections=4) as http:
-            ids = await model_ids(http)
-            if not {"classification", "generation"} <= set(ids):
-                out.failures.append(f"needs a classifier and a generator; served: {sorted(ids)}")
+            big = await _unread_answer(http, target, out)
+            if big is None:
                 return out
-            text = " ".join(["a very long and quite repetitive review of a film"] * 10)
-            one = await http.post("/v1/classify", json={"text": text, "return_attention": True})
-            if one.status_code != 200:
-                out.failures.append(f"the attention probe got {one.status_code}: {one.text[:200]}")
-                return out
-            result = one.json()["results"][0]  # attention: [layer][head][token][token]
-            layers = result["attention"]["layers"]
-            values = len(layers) * len(layers[0]) * result["input_tokens"] ** 2
-            allowed = int(target.setting("SERVE_MAX_ATTENTION_VALUES", "1048576")) // values
-            count = min(allowed, math.ceil(BIG_ANSWER_BYTES / len(one.content)))
-            big = _post("/v1/classify", {"text": [text] * count, "return_attention": True})
             stream = _post("/v1/generate", {"prompt": "Once", "max_new_tokens": 8, "ignore_eos": True, "stream": True})
             answered = _classified(await http.get("/metrics"))
             readers = [await _stuck_reader(address, big + stream) for _ in range(streams)]
@@ -249,11 +338,10 @@ async def stuck_drain(target: Target, streams: int = 4, uploads: int = 4) -> Out
     log = target.stderr()
     tracebacks = log.count("Traceback")
     asgi_errors = log.count("Exception in ASGI application")  # uvicorn's line for a request it cancelled
-    out.figures = {
+    out.figures |= {
         "stuck_streams": streams,
         "slow_uploads": uploads,
         "in_flight_at_sigterm": held,
-        "big_answer_texts": count,
         "drain_timeout_s": drain,
         "exit_after_s": round(exit_s, 2),
         "exit_status": status,

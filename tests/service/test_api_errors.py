@@ -111,6 +111,18 @@ def test_openapi_documents_every_endpoint(served) -> None:
     assert "429" in paths["/v1/generate"]["post"]["responses"]
 
 
+def test_the_body_timeout_status_is_documented(served) -> None:
+    """SERVE_BODY_TIMEOUT_S answers 408 request_timeout in the error shape: a status of the API like the others."""
+    paths = served.app.openapi()["paths"]
+    for path in ENDPOINTS:
+        answer = paths[path]["post"]["responses"]["408"]
+        assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse"), path
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    api = readme.split("## API", 1)[1].split("\n\n", 2)[1]  # the section's first paragraph: its error statuses
+    assert "408 a body that did not arrive within `SERVE_BODY_TIMEOUT_S`" in api
+    assert "408 body not received in time" in served.app.description
+
+
 async def test_attention_maps_have_a_size_limit(served, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attention, "MAX_TOKENS", 16)  # the tiny models' contexts are below the real limit
     for path, body in [
