@@ -81,6 +81,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             engine = Engine(settings, metrics)
             await asyncio.to_thread(engine.load)
         engine.start()
+        engine.share_tokenizer_work(tokenizer.tokenizer_slots(app))  # long prompts: the slots /tokenize uses
         app.state.engine = engine
         # Serve /health at once; /ready turns 200 when warm-up is done.
         warm = asyncio.create_task(_warm_up(engine, settings.warmup), name="warm-up")

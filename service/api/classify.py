@@ -33,7 +33,7 @@ async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -
     else:
         inputs = [item if isinstance(item, str) else (item[0], item[1]) for item in body.text]
         fields = [f"text[{i}]" for i in range(len(inputs))]
-    handle = engine.submit(ClassificationJob(inputs, fields, body.top_k, body.return_attention, body.model))
+    handle = await engine.submit(ClassificationJob(inputs, fields, body.top_k, body.return_attention, body.model))
     results = await unless_disconnected(request, handle.results())
     response = ClassifyResponse(model=handle.model, results=[_result(r) for r in results])
     return await large_json(response) if body.return_attention else response

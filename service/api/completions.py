@@ -221,7 +221,7 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
     generator = engine.require_generator(body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
     with fields_as_sent(FIELDS):
-        handle = generator.submit(_job(body, body.model))
+        handle = await generator.submit(_job(body, body.model))
     prompt_ids = handle.prompt_ids
     scores = await unless_disconnected(request, handle.prompt_scores())
     echoes = _echoes(body, prompt_ids, generator)

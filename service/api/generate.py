@@ -103,7 +103,7 @@ def _event(event: TokenEvent | GenerationResult) -> str:
 
 @router.post("/v1/generate", response_model=GenerateResponse, response_model_exclude_none=True, responses=STREAM_DOC)
 async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -> Any:
-    handle = engine.submit(_job(body))
+    handle = await engine.submit(_job(body))
     if not body.stream:
         result = await unless_disconnected(request, handle.result())
         response = GenerateResponse(

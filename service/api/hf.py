@@ -199,9 +199,9 @@ def _job(body: TgiRequest, model: str) -> GenerationJob:
     )
 
 
-def _submit(generator: GenerationService, body: TgiRequest) -> GenerationHandle:
+async def _submit(generator: GenerationService, body: TgiRequest) -> GenerationHandle:
     with fields_as_sent(TGI_FIELDS):
-        return generator.submit(_job(body, generator.name))
+        return await generator.submit(_job(body, generator.name))
 
 
 def _token(event: TokenEvent) -> dict[str, Any]:
@@ -219,7 +219,7 @@ def _prefill(generator: GenerationService, scores: list[list[TokenScore]] | None
 
 async def _tgi_generate(generator: GenerationService, body: TgiRequest, request: Request) -> dict[str, Any]:
     p = body.parameters
-    handle = _submit(generator, body)
+    handle = await _submit(generator, body)
     prefill = _prefill(generator, await unless_disconnected(request, handle.prompt_scores()))
     result: GenerationResult = await unless_disconnected(request, handle.result())
     text = (body.inputs + result.text) if p.return_full_text else result.text
@@ -244,7 +244,7 @@ def _tgi_error(type: str, message: str, field: str | None) -> str:
 
 async def _tgi_stream(generator: GenerationService, body: TgiRequest, request: Request) -> Any:
     p = body.parameters
-    handle = _submit(generator, body)
+    handle = await _submit(generator, body)
     (ids,) = handle.prompt_ids
     events: AsyncIterator[TokenEvent | GenerationResult] = handle.events()
     held: list[TokenEvent] = []  # one token is held back: the last one goes out with the text and details
@@ -310,7 +310,8 @@ async def _classify(classifier: ClassificationService, body: ClassificationReque
     items = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     inputs = [x if isinstance(x, str) else (x.text, x.text_pair) for x in items]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(items))]
-    results = await unless_disconnected(request, classifier.submit(ClassificationJob(inputs, fields)).results())
+    handle = await classifier.submit(ClassificationJob(inputs, fields))
+    results = await unless_disconnected(request, handle.results())
     k = body.parameters.top_k
     ranked = [sorted(r.scores.items(), key=lambda kv: -kv[1])[:k] for r in results]
     return [[{"label": label, "score": score} for label, score in labels] for labels in ranked]
@@ -322,7 +323,7 @@ async def _translate(translator: TranslationService, body: TranslationRequest, r
     chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
     params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}, TRANSLATION_FIELDS))
     with fields_as_sent(TRANSLATION_FIELDS):
-        handle = translator.submit(TranslationJob(texts, fields, params))
+        handle = await translator.submit(TranslationJob(texts, fields, params))
     results = await unless_disconnected(request, handle.results())
     return [{"translation_text": r.hypotheses[0].text} for r in results]
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from fastapi import Request as HttpRequest
 from fastapi import Response as HttpResponse
 from pydantic import ConfigDict, Field
+from starlette.applications import Starlette
 
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
@@ -19,7 +20,8 @@ from service.api.worker_slots import WorkerSlots
 router = APIRouter(tags=["tokenizer"])
 
 # A 1 MB prompt takes ~0.5 s to tokenize: on worker threads (encode_batch and decode_batch release the GIL,
-# encode and decode do not), two at a time (the container's 2 cores), a bounded number waiting.
+# encode and decode do not), two at a time (the container's 2 cores), a bounded number waiting. The
+# inference routes' long prompts use the same slots (service/engine/task_service.py).
 TOKENIZER_WORKERS = 2
 TOKENIZER_WAITING = 32
 # Past this many characters (or a quarter as many tokens) the heap goes back to the OS once the tokenizer
@@ -27,9 +29,9 @@ TOKENIZER_WAITING = 32
 LARGE_INPUT_CHARS = 65_536
 
 
-def tokenizer_slots(request: HttpRequest) -> WorkerSlots:
+def tokenizer_slots(app: Starlette) -> WorkerSlots:
     """The app's slots for tokenizer work, made on its first use."""
-    state = request.app.state
+    state = app.state
     if getattr(state, "tokenizer_slots", None) is None:
         state.tokenizer_slots = WorkerSlots(TOKENIZER_WORKERS, TOKENIZER_WAITING, "tokenizer work")
     return state.tokenizer_slots  # type: ignore[no-any-return]
@@ -93,7 +95,7 @@ async def tokenize(body: TokenizeRequest, engine: EngineDep, request: HttpReques
         )
         return answer.model_dump_json().encode()
 
-    return JSONBytes(await tokenizer_slots(request).run(work, large=len(body.prompt) > LARGE_INPUT_CHARS))
+    return JSONBytes(await tokenizer_slots(request.app).run(work, large=len(body.prompt) > LARGE_INPUT_CHARS))
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse)
@@ -108,7 +110,7 @@ async def detokenize(body: DetokenizeRequest, engine: EngineDep, request: HttpRe
         raise ApiError(422, "validation_error", f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})", "tokens")
     tokenizer = service.tokenizer
     large = len(body.tokens) > LARGE_INPUT_CHARS // 4
-    [text] = await tokenizer_slots(request).run(lambda: tokenizer.decode_batch([body.tokens]), large=large)
+    [text] = await tokenizer_slots(request.app).run(lambda: tokenizer.decode_batch([body.tokens]), large=large)
     return DetokenizeResponse(prompt=text)
 
 

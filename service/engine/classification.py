@@ -147,17 +147,23 @@ class ClassificationService(TaskService[ClassificationSequence]):
     def _encode(self, item: ClassifyInput) -> Encoding:
         return self.tokenizer.encode(item) if isinstance(item, str) else self.tokenizer.encode(item[0], item[1])
 
-    def tokenize(self, inputs: list[ClassifyInput], fields: list[str], attention: bool) -> list[ClassifyItem]:
+    def tokenize(
+        self,
+        inputs: list[ClassifyInput],
+        fields: list[str],
+        attention: bool,
+        encoded: list[Encoding | int] | None = None,
+    ) -> list[ClassifyItem]:
+        """`encoded`: the inputs' `encode` (past the limit, a count), made off the event loop; else made here."""
+        if encoded is None:
+            encoded = self.encode_now(inputs, self.max_tokens)
         items = []
-        for field_name, item in zip(fields, inputs, strict=True):
+        for field_name, item, encoding in zip(fields, inputs, encoded, strict=True):
             parts = (item,) if isinstance(item, str) else item
             if any(not part.strip() for part in parts):
                 raise InvalidInput("the text is empty", field_name)
-            encoding = self._encode(item)
-            if len(encoding.ids) > self.max_tokens:
-                raise InvalidInput(
-                    f"the input has {len(encoding.ids)} tokens; the limit is {self.max_tokens}", field_name
-                )
+            if isinstance(encoding, int):
+                raise InvalidInput(f"the input has {encoding} tokens; the limit is {self.max_tokens}", field_name)
             if attention:
                 check_length(len(encoding.ids))
             items.append(ClassifyItem(encoding.ids, encoding.type_ids, attention))
@@ -176,12 +182,13 @@ class ClassificationService(TaskService[ClassificationSequence]):
         for batch in ([item("warm up")], [item(("warm up", "the server"))], full):
             await self.scheduler.submit(batch, None, "text").results()
 
-    def submit(self, job: ClassificationJob) -> Handle[Classification, Classification]:
+    async def submit(self, job: ClassificationJob) -> Handle[Classification, Classification]:
         if job.top_k is not None and job.top_k > len(self.labels):
             raise InvalidInput(f"must be <= the number of labels ({len(self.labels)})", "top_k")
         if job.return_attention and not self.model.attention_names:
             raise InvalidInput("this model's graph does not export attention weights", "return_attention")
-        items = self.tokenize(job.inputs, job.fields, job.return_attention)
+        encoded = await self.encode(job.inputs, self.max_tokens)
+        items = self.tokenize(job.inputs, job.fields, job.return_attention, encoded)
         if job.return_attention:
             per_token2 = len(self.model.attention_names) * self.artifact.n_heads
             check_budget(per_token2 * sum(len(item.ids) ** 2 for item in items), self.settings.max_attention_values)

@@ -1,5 +1,5 @@
 """The engine: loads the models named in the settings, runs their schedulers, warms up, and takes every
-request through one interface: `submit(job) -> handle` (service/engine/handle.py).
+request through one interface: `await submit(job) -> handle` (service/engine/handle.py).
 
 Built in the app's lifespan (never at import time) and reached by the routes through `app.state.engine`.
 """
@@ -18,6 +18,7 @@ from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
+from service.engine.task_service import ThreadWork, TokenizerWork
 from service.engine.translation_service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
@@ -54,6 +55,13 @@ class Engine:
         self.ready = False
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
+        self.tokenizer_work: TokenizerWork = ThreadWork()
+
+    def share_tokenizer_work(self, work: TokenizerWork) -> None:
+        """Every model tokenizes long texts on `work` (the API's bounded worker slots, /tokenize's too)."""
+        self.tokenizer_work = work
+        for service in self.services.values():
+            service.tokenizer_work = work
 
     def load(self) -> None:
         """Create the ORT sessions and services (blocking; call it off the event loop)."""
@@ -90,6 +98,7 @@ class Engine:
             else:
                 service = ClassificationService(artifact, sessions["encoder"], *args)
                 self.classifier = service if self.classifier is None else self.classifier
+            service.tokenizer_work = self.tokenizer_work
             self.services[name] = service
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
@@ -111,17 +120,17 @@ class Engine:
         await asyncio.gather(*(service.warmup() for service in self.services.values()))
         log.info("warm-up finished in %.2fs", time.perf_counter() - started)
 
-    def submit(self, job: Job) -> Handle[Any, Any]:
+    async def submit(self, job: Job) -> Handle[Any, Any]:
         """Validate and queue a job on its model (`job.model`, or the task's default); raises an
-        EngineError (422, 404, 429) with nothing queued."""
+        EngineError (422, 404, 429) with nothing queued. Long texts are tokenized off the event loop."""
         if isinstance(job, GenerationJob):
-            return self.submit_generation(job)
+            return await self.submit_generation(job)
         if isinstance(job, TranslationJob):
-            return self.require_translator(job.model).submit(job)
-        return self.require_classifier(job.model).submit(job)
+            return await self.require_translator(job.model).submit(job)
+        return await self.require_classifier(job.model).submit(job)
 
-    def submit_generation(self, job: GenerationJob) -> GenerationHandle:
-        return self.require_generator(job.model).submit(job)
+    async def submit_generation(self, job: GenerationJob) -> GenerationHandle:
+        return await self.require_generator(job.model).submit(job)
 
     def model_names(self, task: str) -> list[str]:
         """The loaded models of ``task``, the default (first) one first."""

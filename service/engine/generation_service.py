@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 
+from tokenizers import Encoding
+
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
 from service.engine.generation import (
@@ -89,13 +91,23 @@ class GenerationService(TaskService[GenerationSequence]):
         return min(self.settings.max_input_tokens, self.artifact.max_positions)
 
     def tokenize(
-        self, prompt: str | list[int], field: str, truncate: int | None = None, limit: int | None = None
+        self,
+        prompt: str | list[int],
+        field: str,
+        truncate: int | None = None,
+        limit: int | None = None,
+        encoded: Encoding | int | None = None,
     ) -> list[int]:
         """The prompt's ids, refused (never cut) beyond `limit` (default max_prompt_tokens): only TGI's
-        explicit `truncate` drops tokens, from the start."""
+        explicit `truncate` drops tokens, from the start. `encoded`: a text prompt's `encode` (past the
+        limit, a count), made off the event loop; else made here."""
         limit = self.max_prompt_tokens if limit is None else limit
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt).ids
+            if encoded is None:
+                [encoded] = self.encode_now([prompt], None if truncate is not None else limit)
+            if isinstance(encoded, int):
+                raise InvalidInput(f"the prompt has {encoded} tokens; the limit is {limit}", field)
+            ids = encoded.ids
         else:
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.artifact.vocab_size]
@@ -164,10 +176,15 @@ class GenerationService(TaskService[GenerationSequence]):
                 sequences.append(self.sequence(ids, params))
         return sequences
 
-    def submit(self, job: GenerationJob) -> GenerationHandle:
+    async def submit(self, job: GenerationJob) -> GenerationHandle:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
         limit = self.max_scored_tokens if job.max_new_tokens == 0 else self.max_prompt_tokens
-        prompt_ids = [self.tokenize(p, f, job.truncate, limit) for p, f in zip(job.prompts, job.fields, strict=True)]
+        texts = [p for p in job.prompts if isinstance(p, str)]
+        encoded = iter(await self.encode(texts, None if job.truncate is not None else limit) if texts else ())
+        prompt_ids = [
+            self.tokenize(p, f, job.truncate, limit, next(encoded) if isinstance(p, str) else None)
+            for p, f in zip(job.prompts, job.fields, strict=True)
+        ]
         sequences = self._sequences(job, prompt_ids)
         many = "n" if job.n > 1 else list_field(job.fields)
         deadline = self.deadline()
@@ -187,4 +204,4 @@ class GenerationService(TaskService[GenerationSequence]):
                 max_new_tokens=min(4, self.settings.max_new_tokens),
                 sampling=SamplingParams(seed=0),
             )
-            await self.submit(job).results()
+            await (await self.submit(job)).results()

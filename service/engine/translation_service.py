@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenizers import Encoding
+
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
@@ -75,14 +77,19 @@ class TranslationService(TaskService[TranslationSequence]):
         if params.return_attention and not self.model.decoder_attention:
             raise InvalidInput("this model's graphs do not export attention weights", "return_attention")
 
-    def tokenize(self, texts: list[str], fields: list[str]) -> list[list[int]]:
-        encoded = self.tokenizer.encode_batch(texts)
-        ids = [e.ids for e in encoded]
-        for field_name, text, src in zip(fields, texts, ids, strict=True):
-            if not text.strip() or not src:
+    def tokenize(
+        self, texts: list[str], fields: list[str], encoded: list[Encoding | int] | None = None
+    ) -> list[list[int]]:
+        """`encoded`: the texts' `encode` (past the limit, a count), made off the event loop; else made here."""
+        if encoded is None:
+            encoded = self.encode_now(texts, self.max_source_tokens)
+        ids = []
+        for field_name, text, encoding in zip(fields, texts, encoded, strict=True):
+            if not text.strip() or (not isinstance(encoding, int) and not len(encoding)):
                 raise InvalidInput("the text is empty", field_name)
-            if len(src) > self.max_source_tokens:
-                raise InvalidInput(f"the text has {len(src)} tokens; the limit is {self.max_source_tokens}", field_name)
+            if isinstance(encoding, int):
+                raise InvalidInput(f"the text has {encoding} tokens; the limit is {self.max_source_tokens}", field_name)
+            ids.append(encoding.ids)
         return ids
 
     async def warmup(self) -> None:
@@ -93,11 +100,11 @@ class TranslationService(TaskService[TranslationSequence]):
             sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
             await self.scheduler.submit(sequences, None, "text").results()
 
-    def submit(self, job: TranslationJob) -> Handle[TranslationPiece, TranslationResult]:
+    async def submit(self, job: TranslationJob) -> Handle[TranslationPiece, TranslationResult]:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
         params = job.params
         self.check(params, len(job.texts))
-        sources = self.tokenize(job.texts, job.fields)
+        sources = self.tokenize(job.texts, job.fields, await self.encode(job.texts, self.max_source_tokens))
         sequences = [
             TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
             for src in sources

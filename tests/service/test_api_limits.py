@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from service.api.errors import ApiError
+from service.api.tokenizer import tokenizer_slots
 from service.api.worker_slots import WorkerSlots
 
 
@@ -201,6 +202,66 @@ async def test_tokenizer_work_runs_off_the_event_loop(serving, monkeypatch) -> N
         gate.set()
         timer.cancel()
         assert [(await c).status_code for c in calls] == [200, 200]
+
+
+# ~22 KB: past the size tokenized in place (INLINE_TOKENIZE_CHARS), and past every model's token limit.
+LONG_TEXT = "the quick brown fox jumps over the lazy dog " * 500
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "model", "status", "field"),
+    [
+        ("/v1/generate", {"prompt": LONG_TEXT}, "generator", 422, "prompt"),
+        ("/v1/completions", {"model": "generator", "prompt": LONG_TEXT}, "generator", 422, "prompt"),
+        ("/generate", {"inputs": LONG_TEXT}, "generator", 422, "inputs"),
+        # TGI's truncate keeps the last tokens: the whole text is tokenized (off the loop) and served.
+        ("/generate", {"inputs": LONG_TEXT, "parameters": {"truncate": 8, "max_new_tokens": 2}}, "generator", 200, None),
+        ("/v1/classify", {"text": LONG_TEXT}, "classifier", 422, "text"),
+        ("/models/classifier", {"inputs": ["short", LONG_TEXT]}, "classifier", 422, "inputs[1]"),
+        ("/v1/translate", {"text": LONG_TEXT}, "translator", 422, "text"),
+    ],
+)
+async def test_long_inference_inputs_are_tokenized_off_the_event_loop(
+    serving, monkeypatch, path: str, body: dict[str, Any], model: str, status: int, field: str | None
+) -> None:
+    async with serving() as s:
+        service = s.engine.services[model]
+        gate = threading.Event()
+        timer = threading.Timer(3.0, gate.set)  # the work ends by itself: a loop it blocked stays blocked till then
+        timer.start()
+        monkeypatch.setattr(service, "tokenizer", _HeldTokenizer(service.tokenizer, gate))
+        call = asyncio.ensure_future(s.client.post(path, json=body))
+        await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        assert (await s.client.get("/health")).status_code == 200
+        assert time.perf_counter() - started < 1.0 and not gate.is_set()
+        gate.set()
+        timer.cancel()
+        r = await call
+        assert r.status_code == status, r.text
+        if field is not None:
+            error = r.json()["error"]
+            assert error.get("field", error.get("param")) == field and "tokens; the limit is" in error["message"]
+        # One bound for all tokenizer work: the inference routes' long texts wait with /tokenize's.
+        assert service.tokenizer_work is tokenizer_slots(s.app)
+
+
+async def test_short_inference_inputs_are_tokenized_in_place(served, monkeypatch) -> None:
+    """The hot path: an ordinary text is tokenized on the event loop, with no thread hand-off."""
+
+    class NoWorkers:
+        async def run(self, fn: Any, large: bool = False) -> Any:
+            raise AssertionError("a short text went to a worker thread")
+
+    for service in served.engine.services.values():
+        monkeypatch.setattr(service, "tokenizer_work", NoWorkers())
+    for path, body in (
+        ("/v1/classify", {"text": ["A wonderful, moving film.", ["a pair", "of texts"]]}),
+        ("/v1/generate", {"prompt": "In the beginning", "max_new_tokens": 2}),
+        ("/v1/translate", {"text": "Good morning.", "max_new_tokens": 2}),
+    ):
+        r = await served.client.post(path, json=body)
+        assert r.status_code == 200, r.text
 
 
 async def test_waiting_tokenizer_work_is_bounded() -> None:

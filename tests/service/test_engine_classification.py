@@ -14,8 +14,8 @@ async def test_batched_scores_equal_single_scores(serving) -> None:
     async with serving(max_batch_size=8, max_wait_ms=50) as s:
         clf = s.engine.classifier
         fields = [f"text[{i}]" for i in range(len(INPUTS))]
-        batched = await clf.submit(ClassificationJob(INPUTS, fields)).results()
-        singles = [await clf.submit(ClassificationJob([x], ["text"])).result() for x in INPUTS]
+        batched = await (await clf.submit(ClassificationJob(INPUTS, fields))).results()
+        singles = [await (await clf.submit(ClassificationJob([x], ["text"]))).result() for x in INPUTS]
         prefills = s.engine.metrics.registry.get_sample_value(
             "serve_batch_size_count", {"model": "classifier", "phase": "prefill"}
         )
@@ -40,9 +40,10 @@ async def test_a_run_for_several_requests_uses_the_busy_session(serving, monkeyp
         runs: list[bool] = []
         run = clf.model.session.run
         monkeypatch.setattr(clf.model.session, "run", lambda *a, busy=False, **k: runs.append(busy) or run(*a, busy=busy, **k))
-        alone = await clf.submit(ClassificationJob(INPUTS, [f"text[{i}]" for i in range(len(INPUTS))])).results()
+        job = ClassificationJob(INPUTS, [f"text[{i}]" for i in range(len(INPUTS))])
+        alone = await (await clf.submit(job)).results()
         with clf.scheduler._cond:  # the worker takes neither before both are queued (an RLock: submit re-enters)
-            handles = [clf.submit(ClassificationJob([x], ["text"])) for x in INPUTS[:2]]
+            handles = [await clf.submit(ClassificationJob([x], ["text"])) for x in INPUTS[:2]]
         together = [await h.result() for h in handles]
     assert runs == [False, True]
     for one, other in zip(alone[:2], together, strict=True):

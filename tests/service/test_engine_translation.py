@@ -18,7 +18,7 @@ TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow c
 
 
 async def translate(tr: TranslationService, texts: list[str], params: TranslationParams) -> list[TranslationResult]:
-    return await tr.submit(TranslationJob(texts, ["text"] * len(texts), params)).results()
+    return await (await tr.submit(TranslationJob(texts, ["text"] * len(texts), params))).results()
 
 
 def summary(results: list[TranslationResult]) -> list[list[tuple[tuple[int, ...], float]]]:
@@ -48,7 +48,7 @@ async def test_streamed_sequence_beside_a_batch_gets_its_own_tokens(serving) -> 
 
         async def stream() -> list[TranslationPiece | TranslationResult]:
             job = TranslationJob([TEXTS[0]], ["text"], dataclasses.replace(params, stream=True))
-            return [event async for event in tr.submit(job).events()]
+            return [event async for event in (await tr.submit(job)).events()]
 
         streamed, *_ = await asyncio.gather(
             stream(), translate(tr, TEXTS, params), translate(tr, TEXTS[1:], TranslationParams(num_beams=3))

@@ -12,7 +12,7 @@ TEXT = "In the beginning God created the heavens."
 
 
 async def translate(tr: TranslationService, texts: list[str], params: TranslationParams) -> list[TranslationResult]:
-    return await tr.submit(TranslationJob(texts, ["text"] * len(texts), params)).results()
+    return await (await tr.submit(TranslationJob(texts, ["text"] * len(texts), params))).results()
 
 
 async def test_greedy_translation_takes_logit_bias_and_penalties(served) -> None:
@@ -36,7 +36,7 @@ async def test_end_token_is_not_an_output_token(served) -> None:
     eos = tr.artifact.special_tokens["eos"]
     first = SamplingParams(temperature=0.0, logit_bias={eos: 1000.0})
     for params in (TranslationParams(num_beams=1, sampling=first), TranslationParams(num_beams=1, stream=True, sampling=first)):
-        events = [e async for e in tr.submit(TranslationJob([TEXT], ["text"], params)).events()]
+        events = [e async for e in (await tr.submit(TranslationJob([TEXT], ["text"], params))).events()]
         (result,) = events  # no piece: the end token is the only token drawn
         assert isinstance(result, TranslationResult) and result.hypotheses[0].token_ids == []
     (beams,) = await translate(tr, [TEXT], TranslationParams(num_beams=3, n_best=3, max_new_tokens=12))
@@ -56,7 +56,7 @@ async def test_stop_strings_cut_greedy_translations(served) -> None:
     assert stop not in cut.hypotheses[0].text and text.startswith(cut.hypotheses[0].text)
     assert len(cut.hypotheses[0].token_ids) < len(whole.hypotheses[0].token_ids)
     job = TranslationJob([TEXT], ["text"], dataclasses.replace(params, stop=(stop,), stream=True))
-    streamed = [e async for e in tr.submit(job).events()]
+    streamed = [e async for e in (await tr.submit(job)).events()]
     *pieces, result = streamed
     assert all(isinstance(p, TranslationPiece) and p.logprob is not None for p in pieces)
     assert "".join(p.text for p in pieces) + result.tail == cut.hypotheses[0].text == result.hypotheses[0].text
