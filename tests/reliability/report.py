@@ -22,7 +22,10 @@ CHECKS = {
         "/health responsive, memory returned; 96 at once: a few admitted by the server-wide budget, 429 + "
         "Retry-After for the rest, RSS bounded by the budget and back within 10 s"
     ),
-    "tokenize": "8 concurrent ~900 KB /tokenize: off the event loop (/health timed apart), 422 past the token limit",
+    "tokenize": (
+        "8 concurrent ~900 KB /tokenize, then /v1/generate, then /v1/classify: off the event loop "
+        "(/health timed apart), 422 naming the field past the token limit"
+    ),
     "disconnects": "clients hanging up mid-stream and mid-request: gauges back to 0",
     "overload": "10x capacity (batch rows + queue): only 200 or 429 + Retry-After, bounded queue, normal latency after",
     "soak": "steady mixed traffic, RSS sampled: no growth trend",
@@ -79,9 +82,14 @@ def _figures(name: str, f: dict[str, Any]) -> str:
         )
     if name == "tokenize":
         rss = f"; RSS {f['rss_before_mb']} -> {f['rss_after_mb']} MB" if "rss_after_mb" in f else ""
+        routes = "".join(
+            f"; {route}: {g['statuses']} in {g['burst_s']} s, /health worst {g['health_worst_ms']} ms"
+            for route in ("generate", "classify")
+            if (g := f.get(route))
+        )
         return (
             f"{f['clients']} x {f['prompt_bytes'] // 1000} KB: {f['statuses']} in {f['burst_s']} s, "
-            f"/health worst {f['health_worst_ms']} ms{rss}"
+            f"/health worst {f['health_worst_ms']} ms{rss}{routes}"
         )
     if name == "disconnects":
         return f"{f['disconnects']} hang-ups, gauges at 0 after {f['gauges_zero_after_s']} s"

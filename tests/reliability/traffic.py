@@ -1,6 +1,6 @@
 """Traffic: concurrent clients whose answers must equal solo ones, 10x overload, clients that hang up,
 a soak with RSS sampled, the attention-amplification request and bursts of it, and bursts of long
-/tokenize inputs."""
+/tokenize and inference inputs."""
 
 from __future__ import annotations
 
@@ -547,4 +547,33 @@ async def tokenize(target: Target, clients: int = 8) -> Outcome:
         out.figures |= {"rss_before_mb": round(before), "rss_after_mb": round(after)}
         out.figures["rss_settled_s"] = round(settled_s, 1)
         out.check(after - before <= KEPT_MB, f"RSS stayed {after - before:.0f} MB higher 10 s after the burst")
+    # The inference routes tokenize such a prompt too before refusing it for its length (8 to /v1/generate
+    # held /health 1.9 s on the suite's server while they did so on the event loop).
+    for path, body, field in (
+        ("/v1/generate", {"prompt": TOKENIZE_PROMPT, "max_new_tokens": 1}, "prompt"),
+        ("/v1/classify", {"text": TOKENIZE_PROMPT}, "text"),
+    ):
+        await _too_long_burst(target, out, path, body, field, clients)
     return out
+
+
+async def _too_long_burst(
+    target: Target, out: Outcome, path: str, body: dict[str, Any], field: str, clients: int
+) -> None:
+    """`clients` concurrent copies of a prompt far past the model's limit: each a 422 naming `field`, with
+    /health answering meanwhile."""
+    async with client(target.url, connections=clients + 2) as http:
+        with health_timer(target.url) as health:
+            started = time.perf_counter()
+            answers = await asyncio.gather(*(http.post(path, json=body) for _ in range(clients)))
+            burst_s = time.perf_counter() - started
+    route = path.rsplit("/", 1)[-1]
+    statuses = Counter(r.status_code for r in answers)
+    out.figures[route] = {
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "burst_s": round(burst_s, 2),
+        "health_worst_ms": round(1000 * health[0]),
+    }
+    fields = {r.json()["error"].get("field") if is_error_shape(r.json()) else None for r in answers}
+    out.check(set(statuses) == {422} and fields == {field}, f"{path}: statuses {dict(statuses)}, fields {fields}")
+    out.check(health[0] < 0.5, f"/health took up to {health[0]:.2f}s during the {path} burst")
