@@ -3,10 +3,13 @@
 
 - `attention`: N concurrent largest-allowed `return_attention` requests (/v1/classify, one text at the
   longest length SERVE_MAX_ATTENTION_VALUES lets through), RSS sampled until 10 s after each burst;
-- `tokenize`: N concurrent /tokenize requests of about 900 KB each.
+- `tokenize`: N concurrent /tokenize requests of about 900 KB each;
+- `classify`: N concurrent plain /v1/classify requests (one short text, no attention), requests/s of each
+  burst: what a setting that changes the allocator (MALLOC_ARENA_MAX) costs the hot path.
 
     python -m scripts.probe_holds attention --concurrency 96 --bursts 2
     python -m scripts.probe_holds tokenize --concurrency 8
+    python -m scripts.probe_holds classify --concurrency 96 --bursts 20 --setting MALLOC_ARENA_MAX=2
     python -m scripts.probe_holds attention --setting SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT=2097152
 
 Prints one JSON object of figures. /health is timed from a process of its own (the reliability suite's
@@ -122,19 +125,50 @@ async def tokenize(server: ProbedServer, concurrency: int) -> dict[str, Any]:
     }
 
 
+async def classify(server: ProbedServer, concurrency: int, bursts: int) -> dict[str, Any]:
+    async with _client(server) as http:
+        baseline = server.rss()
+        rates: list[float] = []
+        statuses, peak = Counter[int](), baseline
+        body = {"text": REVIEW}
+        for burst in range(bursts + 1):  # the first one opens the connections: not counted
+            started = time.perf_counter()
+            answers = await asyncio.gather(*(http.post("/v1/classify", json=body) for _ in range(concurrency)))
+            if burst:
+                rates.append(concurrency / (time.perf_counter() - started))
+            statuses.update(r.status_code for r in answers)
+            peak = max(peak, server.rss())
+        await asyncio.sleep(1.0)
+        rss_after = server.rss()
+    ranked = sorted(rates)
+    return {
+        "concurrency": concurrency,
+        "bursts": bursts,
+        "statuses": dict(statuses),
+        "requests_per_s_median": round(ranked[len(ranked) // 2]),
+        "requests_per_s_best": round(ranked[-1]),
+        "requests_per_s": [round(r) for r in rates],  # in burst order: a noisy machine shows here
+        "rss_baseline_mb": round(baseline),
+        "rss_peak_mb": round(peak),
+        "rss_after_1s_mb": round(rss_after),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("probe", choices=["attention", "tokenize"])
-    parser.add_argument("--concurrency", type=int, default=None, help="default: 96 (attention), 8 (tokenize)")
-    parser.add_argument("--bursts", type=int, default=1, help="attention: bursts one after the other")
+    parser.add_argument("probe", choices=["attention", "tokenize", "classify"])
+    parser.add_argument("--concurrency", type=int, default=None, help="default: 96 (attention, classify), 8 (tokenize)")
+    parser.add_argument("--bursts", type=int, default=1, help="attention, classify: bursts one after the other")
     parser.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the server")
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.setting)
-    concurrency = args.concurrency or (96 if args.probe == "attention" else 8)
+    concurrency = args.concurrency or (8 if args.probe == "tokenize" else 96)
     with ProbedServer(base={"SERVE_LOG_LEVEL": "warning"}, **settings) as server:
         server.wait_ready(timeout=300)
         if args.probe == "attention":
             figures = asyncio.run(attention(server, concurrency, args.bursts))
+        elif args.probe == "classify":
+            figures = asyncio.run(classify(server, concurrency, args.bursts))
         else:
             figures = asyncio.run(tokenize(server, concurrency))
     print(json.dumps({"probe": args.probe, "settings": settings, **figures}))
