@@ -296,8 +296,11 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         assert client.call("POST", "/v1/classify", raw=b"{not json").status == 400
         unknown = client.post("/v1/completions", {"model": "no-such-model", "prompt": "x"})
         assert unknown.status == 404, unknown.status
-        too_long = client.post("/v1/generate", {"prompt": gen["prompt"], "max_new_tokens": 10**6})
+        # A budget beyond the context is clamped (SERVE_STRICT_MAX_TOKENS=false); a prompt beyond it is refused.
+        too_long = client.post("/v1/generate", {"prompt": gen["prompt"] * 2000, "max_new_tokens": 8})
         assert too_long.status == 422, too_long.status
+        clamped = client.post("/v1/generate", {"prompt": gen["prompt"], "max_new_tokens": 10**6})
+        assert clamped.status == 200 and clamped.json()["finish_reason"] in ("length", "eos"), clamped.status
         return f"422 {error_type(bad)}, 400 bad JSON, 404 {error_type(unknown)}, 422 {error_type(too_long)}"
 
     def metrics() -> str:
