@@ -2,7 +2,7 @@
 its training domains (the probes of model/intended_use.py), asked through the server's own routes.
 
 The app runs in-process (its real lifespan, start-up checks, routes and engine; httpx on the ASGI app,
-no socket), as scripts/evaluate_translation.py does, and every request names only the model and the
+no socket: model/served_app.py), and every request names only the model and the
 input, so the answers are those of the server's defaults; the generator's requests add ``seed: 0``, so
 its sampled answers can be asked again. The export calls ``refresh_card`` (model/checkpoint.py,
 model/recipes.py, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
@@ -50,24 +50,13 @@ async def _ask(client: Any, task: str, name: str, text: str) -> str:
 
 async def ask_served(folder: Path, probes: tuple[Probe, ...], threads: int = 2) -> list[dict[str, str]]:
     """Each probe asked alone of the model in ``folder`` (served under the folder's name)."""
-    import httpx
-
-    from service.app import create_app
-    from service.settings import Settings
+    from model.served_app import served_client
 
     task = json.loads((folder / "config.json").read_text())["task"]
-    settings = Settings(artifacts_dir=folder.parent, models=[folder.name], intra_op_threads=threads,
-                        inter_op_threads=1, warmup=False)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        while not app.state.engine.ready:
-            if app.state.engine.failure:
-                raise RuntimeError(app.state.engine.failure)
-            await asyncio.sleep(0.05)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://card-examples", timeout=600) as client:
-            return [{"input": p.input, "output": await _ask(client, task, folder.name, p.input), "note": p.note}
-                    for p in probes]
+    async with served_client("http://card-examples", 600, artifacts_dir=folder.parent, models=[folder.name],
+                             intra_op_threads=threads, inter_op_threads=1, warmup=False) as client:
+        return [{"input": p.input, "output": await _ask(client, task, folder.name, p.input), "note": p.note}
+                for p in probes]
 
 
 def write_any_card(folder: Path, card: dict[str, Any]) -> None:

@@ -76,27 +76,19 @@ def score(hypotheses: list[str], rows: list[dict[str, str]], tokenizer: Tokenize
 async def evaluate(artifacts_dir: Path, data_dir: Path, limit: int | None = None, threads: int = 2,
                    sets: tuple[str, ...] = tuple(TEST_SETS)) -> dict[str, Any]:
     """{set: {decoding: metrics}} plus the server's default request, measured through /v1/translate."""
-    from service.app import create_app
-    from service.settings import Settings
+    from model.served_app import served_client
 
-    settings = Settings(artifacts_dir=artifacts_dir, models=["translator"], intra_op_threads=threads,
-                        inter_op_threads=1, warmup=False, request_timeout_s=3600, max_queue_size=100_000)
     tokenizer = Tokenizer.from_file(str(artifacts_dir / "translator" / "tokenizer.json"))
-    app = create_app(settings)
     results: dict[str, Any] = {}
-    async with app.router.lifespan_context(app):
-        while not app.state.engine.ready:
-            if app.state.engine.failure:
-                raise RuntimeError(app.state.engine.failure)
-            await asyncio.sleep(0.05)
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://evaluate", timeout=3600) as client:
-            for name in sets:
-                rows = read_pairs(data_dir / TEST_SETS[name], limit)
-                results[name] = {}
-                for decoding, fields in DECODINGS.items():
-                    hypotheses = await translate_all(client, [r["src"] for r in rows], fields)
-                    results[name][decoding] = score(hypotheses, rows, tokenizer)
+    async with served_client("http://evaluate", 3600, artifacts_dir=artifacts_dir, models=["translator"],
+                             intra_op_threads=threads, inter_op_threads=1, warmup=False,
+                             request_timeout_s=3600, max_queue_size=100_000) as client:
+        for name in sets:
+            rows = read_pairs(data_dir / TEST_SETS[name], limit)
+            results[name] = {}
+            for decoding, fields in DECODINGS.items():
+                hypotheses = await translate_all(client, [r["src"] for r in rows], fields)
+                results[name][decoding] = score(hypotheses, rows, tokenizer)
     return results
 
 
