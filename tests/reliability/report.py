@@ -16,7 +16,8 @@ CHECKS = {
         "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): "
         "a 4xx in our shape, healthy after each"
     ),
-    "load": "mixed requests at concurrency 64, each answer equal to the same request sent alone",
+    "load": ("mixed requests at concurrency 64, each answer equal to the same request sent alone (seeded "
+             "sampling: or differing first at a neighbouring token id, README \"Generate\")"),
     "attention": (
         "return_attention: over the limit refused at once; the largest allowed answer bounded, "
         "/health responsive, memory returned; 96 at once: a few admitted by the server-wide budget, 429 + "
@@ -69,7 +70,8 @@ def _figures(name: str, f: dict[str, Any]) -> str:
     if name == "load":
         return (
             f"{f['requests']} requests, {f['req_per_s']} req/s, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
-            f"{f['mismatched']} mismatched (max score diff {f['max_score_diff']})"
+            f"{f['mismatched']} mismatched (max score diff {f['max_score_diff']}), "
+            f"{f.get('seeded_flips', 0)} seeded answers at a neighbouring id"
         )
     if name == "attention":
         rss = (
