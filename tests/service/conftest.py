@@ -103,6 +103,25 @@ def slow_down(monkeypatch: pytest.MonkeyPatch) -> Callable[..., threading.Event]
     return patch
 
 
+def http_scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to `path`, as uvicorn would build it."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("test", 80),
+        "state": {},
+    }
+
+
 async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event) -> list[dict[str, Any]]:
     """Call the app as a server would, with a client that hangs up when `hang_up` is set."""
     delivered = False
@@ -120,22 +139,7 @@ async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("test", 80),
-        "state": {},
-    }
-    await app(scope, receive, send)
+    await app(http_scope(path), receive, send)
     return sent
 
 

@@ -21,23 +21,8 @@ from service.__main__ import server_config
 from service.api.tracing import RequestContextMiddleware
 from service.http_protocol import TimeoutProtocol, timeout_protocol
 from service.logs import RequestIdFilter
+from tests.service.conftest import http_scope
 from tests.service.sse_events import events
-
-SCOPE = {
-    "type": "http",
-    "asgi": {"version": "3.0", "spec_version": "2.3"},
-    "http_version": "1.1",
-    "method": "POST",
-    "scheme": "http",
-    "path": "/v1/generate",
-    "raw_path": b"/v1/generate",
-    "query_string": b"",
-    "root_path": "",
-    "headers": [(b"content-type", b"application/json"), (b"host", b"test")],
-    "client": ("127.0.0.1", 50000),
-    "server": ("test", 80),
-    "state": {},
-}
 
 
 async def _call(app: FastAPI, chunks: list[tuple[float, bytes]], stall: bool) -> list[dict[str, Any]]:
@@ -57,7 +42,7 @@ async def _call(app: FastAPI, chunks: list[tuple[float, bytes]], stall: bool) ->
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await asyncio.wait_for(app(dict(SCOPE), receive, send), 10)
+    await asyncio.wait_for(app(http_scope("/v1/generate"), receive, send), 10)
     return sent
 
 
