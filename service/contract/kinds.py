@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from service.contract.names import GraphIO, classifier_encoder_io, decoder_io, translator_encoder_io
+from service.contract.names import (
+    GraphIO,
+    classifier_encoder_io,
+    decoder_io,
+    embedder_encoder_io,
+    translator_encoder_io,
+)
 
 ENCODER, DECODER = "encoder", "decoder"
 Dims = Mapping[str, int]
@@ -27,8 +33,17 @@ def _generation_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
     return decoder_io(dims["n_layers"], cross=False, logits_to_keep=logits_to_keep)
 
 
+def _token_types(dims: Dims) -> bool:
+    """dims.n_token_types: the segment-embedding rows (absent: 2, BERT's; 0: the graph has no token_type_ids)."""
+    return dims.get("n_token_types", 2) > 0
+
+
 def _classification_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
-    return classifier_encoder_io(dims["n_layers"])
+    return classifier_encoder_io(dims["n_layers"], _token_types(dims))
+
+
+def _embedding_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+    return embedder_encoder_io(dims["n_layers"], _token_types(dims))
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,12 @@ CLASSIFICATION = Task(
     "classification", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "text-classification",
     _classification_io, None,
 )
-TASKS: dict[str, Task] = {t.name: t for t in (TRANSLATION, GENERATION, CLASSIFICATION)}
+# Sentence embeddings: the encoder's hidden states pooled in the graph (config.json "pooling": mean, cls,
+# max or lasttoken); the server normalises them when the request (or config.json "normalize") asks.
+EMBEDDING = Task(
+    "embedding", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "feature-extraction", _embedding_io, None,
+)
+TASKS: dict[str, Task] = {t.name: t for t in (TRANSLATION, GENERATION, CLASSIFICATION, EMBEDDING)}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ POSITION_IDS = "position_ids"
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 LOGITS_TO_KEEP = "logits_to_keep"
 LOGITS = "logits"
+EMBEDDINGS = "embeddings"  # an embedder's pooled sentence vectors [batch, d_model], not normalised
 
 PAST = "past_key_values"  # inputs: the self-attention cache so far
 PRESENT = "present"  # outputs: the cache after this call (past + new positions)
@@ -52,12 +53,22 @@ class GraphIO:
         return (*self.outputs, *self.attention)
 
 
-def classifier_encoder_io(n_layers: int) -> GraphIO:
+def encoder_io(n_layers: int, output: str, token_types: bool) -> GraphIO:
+    """A BERT-like encoder: a classifier's (``logits``) or an embedder's (``embeddings``). Families without
+    segment embeddings (RoBERTa, XLM-RoBERTa, DistilBERT) have no ``token_type_ids`` input."""
     return GraphIO(
-        inputs=(INPUT_IDS, TOKEN_TYPE_IDS, ATTENTION_MASK),
-        outputs=(LOGITS,),
+        inputs=(INPUT_IDS, *((TOKEN_TYPE_IDS,) if token_types else ()), ATTENTION_MASK),
+        outputs=(output,),
         attention=tuple(layer_names(ATTENTIONS, n_layers)),
     )
+
+
+def classifier_encoder_io(n_layers: int, token_types: bool = True) -> GraphIO:
+    return encoder_io(n_layers, LOGITS, token_types)
+
+
+def embedder_encoder_io(n_layers: int, token_types: bool = True) -> GraphIO:
+    return encoder_io(n_layers, EMBEDDINGS, token_types)
 
 
 def translator_encoder_io(n_encoder_layers: int, n_decoder_layers: int) -> GraphIO:
