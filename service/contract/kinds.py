@@ -93,6 +93,7 @@ CLASSIFICATION = Task(
 )
 # Sentence embeddings: the encoder's hidden states pooled in the graph (config.json "pooling": mean, cls,
 # max or lasttoken); the server normalises them when the request (or config.json "normalize") asks.
+POOLING_MODES = ("mean", "cls", "max", "lasttoken")  # config.json "pooling", as sentence-transformers names them
 EMBEDDING = Task(
     "embedding", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "feature-extraction", _embedding_io, None,
 )

@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.contract.names import ATTENTIONS, layer_names
+from service.contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
+from service.engine.encoder_batch import encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.sequence import Emit, Sequence
-from service.engine.task_service import TaskService, list_field
+from service.engine.task_service import TaskService, TruncationDirection, list_field, too_long
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
@@ -32,6 +33,8 @@ class ClassificationJob:
     fields: list[str]
     top_k: int | None = None
     return_attention: bool = False
+    truncate: bool = False  # cut a text past the model's limit (else a 422 naming it)
+    truncation_direction: TruncationDirection = "right"
     model: str | None = None  # None: the task's default model
 
 
@@ -47,9 +50,19 @@ class Classification:
     label: str
     score: float
     scores: dict[str, float]  # every label, in label order
+    logits: list[float]  # the raw scores, in label order
     top_k: list[tuple[str, float]] | None
     input_tokens: int
     attention: dict[str, Any] | None = None
+
+
+def label_probabilities(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the labels; a one-label model (a cross-encoder's relevance score) gets the sigmoid, as
+    sentence-transformers' CrossEncoder and TEI's /rerank answer."""
+    if logits.shape[-1] == 1:
+        return 1.0 / (1.0 + np.exp(-logits))
+    probs = np.exp(logits - logits.max())
+    return probs / probs.sum()
 
 
 class ClassificationSequence(Sequence):
@@ -69,20 +82,21 @@ class ClassificationModel:
         self.pad = artifact.special_tokens["pad"]
         names = layer_names(ATTENTIONS, artifact.dims["n_layers"])
         self.attention_names = names if all(session.has_output(n) for n in names) else []
+        self.token_types = TOKEN_TYPE_IDS in session.input_names  # RoBERTa-like families have none
 
     def prefill(self, sequences: list[ClassificationSequence]) -> tuple[list[Emit], None]:
         # Several requests in one run: their siblings keep the event loop busy, so leave it a core.
         busy = len({id(s.handle) for s in sequences}) > 1
         outputs = self.run_batch([s.item for s in sequences], busy)
         return [
-            Emit(s, self.result(s.item, probs, maps, s.top_k), final=True)
-            for s, (probs, maps) in zip(sequences, outputs, strict=True)
+            Emit(s, self.result(s.item, logits, maps, s.top_k), final=True)
+            for s, (logits, maps) in zip(sequences, outputs, strict=True)
         ], None
 
     def run_batch(
         self, items: list[ClassifyItem], busy: bool = False
     ) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
-        """Label probabilities (and attention maps, where asked) for a right-padded batch."""
+        """Label logits (and attention maps, where asked) for each item, in runs of similar length."""
         asked = [item.attention for item in items]
         if any(asked) and not all(asked):
             # A run returns maps for every row: the rows that asked get a run of their own, or one small
@@ -90,31 +104,25 @@ class ClassificationModel:
             mapped = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if a], busy))
             plain = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if not a], busy))
             return [next(mapped) if a else next(plain) for a in asked]
-        B, S = len(items), max(len(item.ids) for item in items)
-        ids = np.full((B, S), self.pad, dtype=np.int64)
-        types = np.zeros((B, S), dtype=np.int64)
-        mask = np.zeros((B, S), dtype=np.int64)
-        for b, item in enumerate(items):
-            n = len(item.ids)
-            ids[b, :n], types[b, :n], mask[b, :n] = item.ids, item.type_ids, 1
-        out = self.session.run(
-            {"input_ids": ids, "token_type_ids": types, "attention_mask": mask},
-            ["logits", *(self.attention_names if asked[0] else [])],
-            busy=busy,
-        )
-        logits = np.asarray(out["logits"], dtype=np.float64)
-        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs /= probs.sum(axis=1, keepdims=True)
+        return run_in_groups([len(item.ids) for item in items], lambda group: self._run([items[i] for i in group], busy))
+
+    def _run(self, items: list[ClassifyItem], busy: bool) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
+        types = [item.type_ids for item in items] if self.token_types else None
+        feeds = encoder_feeds([item.ids for item in items], types, self.pad)
+        attention = self.attention_names if items[0].attention else []
+        out = self.session.run(feeds, [LOGITS, *attention], busy=busy)
+        logits = np.asarray(out[LOGITS], dtype=np.float64)
         results = []
         for b, item in enumerate(items):
             n = len(item.ids)
-            maps = [out[name][b, :, :n, :n] for name in self.attention_names] if item.attention else None
-            results.append((probs[b], maps))
+            maps = [out[name][b, :, :n, :n] for name in attention] if item.attention else None
+            results.append((logits[b], maps))
         return results
 
     def result(
-        self, item: ClassifyItem, probs: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None
+        self, item: ClassifyItem, logits: np.ndarray, maps: list[np.ndarray] | None, top_k: int | None
     ) -> Classification:
+        probs = label_probabilities(logits)
         best = int(np.argmax(probs))
         order = np.argsort(-probs, kind="stable")[: top_k or 0]
         attention = None
@@ -125,6 +133,7 @@ class ClassificationModel:
             label=self.labels[best],
             score=float(probs[best]),
             scores={label: float(p) for label, p in zip(self.labels, probs, strict=True)},
+            logits=[float(x) for x in logits],
             top_k=[(self.labels[i], float(probs[i])) for i in order] if top_k else None,
             input_tokens=len(item.ids),
             attention=attention,
@@ -163,7 +172,7 @@ class ClassificationService(TaskService[ClassificationSequence]):
             if any(not part.strip() for part in parts):
                 raise InvalidInput("the text is empty", field_name)
             if isinstance(encoding, int):
-                raise InvalidInput(f"the input has {encoding} tokens; the limit is {self.max_tokens}", field_name)
+                raise InvalidInput(too_long(encoding, self.max_tokens), field_name)
             if attention:
                 check_length(len(encoding.ids))
             items.append(ClassifyItem(encoding.ids, encoding.type_ids, attention))
@@ -187,7 +196,8 @@ class ClassificationService(TaskService[ClassificationSequence]):
             raise InvalidInput(f"must be <= the number of labels ({len(self.labels)})", "top_k")
         if job.return_attention and not self.model.attention_names:
             raise InvalidInput("this model's graph does not export attention weights", "return_attention")
-        encoded = await self.encode(job.inputs, self.max_tokens)
+        direction = job.truncation_direction if job.truncate else None
+        encoded = await self.encode(job.inputs, self.max_tokens, direction)
         items = self.tokenize(job.inputs, job.fields, job.return_attention, encoded)
         if job.return_attention:
             per_token2 = len(self.model.attention_names) * self.artifact.n_heads

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from service.contract.kinds import KINDS
 from service.engine.classification import ClassificationJob, ClassificationService
+from service.engine.embedding import EmbeddingJob, EmbeddingService
 from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.handle import Handle
@@ -23,14 +24,15 @@ from service.engine.translation_service import TranslationJob, TranslationServic
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions, artifact_sessions
+from service.runtime.weights_package import WeightsPackageError
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 S = TypeVar("S")
 
-Service = TranslationService | GenerationService | ClassificationService
-Job = TranslationJob | GenerationJob | ClassificationJob
+Service = TranslationService | GenerationService | ClassificationService | EmbeddingService
+Job = TranslationJob | GenerationJob | ClassificationJob | EmbeddingJob
 
 
 @dataclass
@@ -46,12 +48,13 @@ class Engine:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.models: dict[str, ModelInfo] = {}
-        # Every loaded model by name; the three below are each task's default (its first in SERVE_MODELS),
+        # Every loaded model by name; the four below are each task's default (its first in SERVE_MODELS),
         # which serves requests that name no model.
         self.services: dict[str, Service] = {}
         self.translator: TranslationService | None = None
         self.generator: GenerationService | None = None
         self.classifier: ClassificationService | None = None
+        self.embedder: EmbeddingService | None = None
         self.ready = False
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
@@ -85,7 +88,11 @@ class Engine:
                 raise ArtifactError(
                     f"{artifact.folder}: a {name} must have task {kind.task.name!r}, not {artifact.task!r}"
                 )
-            sessions = artifact_sessions(name, artifact.graphs, options)
+            try:
+                initializers = artifact.weights_package.load() if artifact.weights_package else None
+            except WeightsPackageError as exc:
+                raise ArtifactError(f"{artifact.folder}: {exc}") from None
+            sessions = artifact_sessions(name, artifact.graphs, options, initializers)
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
             args = (self.settings, self.metrics)
             service: Service
@@ -95,6 +102,9 @@ class Engine:
             elif artifact.task == "generation":
                 service = GenerationService(artifact, sessions["decoder"], *args)
                 self.generator = service if self.generator is None else self.generator
+            elif artifact.task == "embedding":
+                service = EmbeddingService(artifact, sessions["encoder"], *args)
+                self.embedder = service if self.embedder is None else self.embedder
             else:
                 service = ClassificationService(artifact, sessions["encoder"], *args)
                 self.classifier = service if self.classifier is None else self.classifier
@@ -127,6 +137,8 @@ class Engine:
             return await self.submit_generation(job)
         if isinstance(job, TranslationJob):
             return await self.require_translator(job.model).submit(job)
+        if isinstance(job, EmbeddingJob):
+            return await self.require_embedder(job.model).submit(job)
         return await self.require_classifier(job.model).submit(job)
 
     async def submit_generation(self, job: GenerationJob) -> GenerationHandle:
@@ -144,6 +156,9 @@ class Engine:
 
     def require_classifier(self, model: str | None = None) -> ClassificationService:
         return self._require(self.classifier, ClassificationService, "classification", model)
+
+    def require_embedder(self, model: str | None = None) -> EmbeddingService:
+        return self._require(self.embedder, EmbeddingService, "embedding", model)
 
     def _require(self, default: S | None, kind: type[S], task: str, model: str | None) -> S:
         """The named model (it must serve ``task``), or the task's default when ``model`` is None."""

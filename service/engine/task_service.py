@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
-from tokenizers import Encoding
+from tokenizers import Encoding, Tokenizer
 
 from service.engine.scheduler import Scheduler, SeqT
 from service.runtime.artifact import Artifact
@@ -18,6 +18,7 @@ from service.settings import Settings
 T = TypeVar("T")
 
 TokenizerInput = str | tuple[str, str]  # a text, or a sentence pair
+TruncationDirection = Literal["right", "left"]  # which end of a text past the limit is cut
 
 # Tokenizing costs ~0.3-0.5 ms per 1,000 characters, and `encode` holds the GIL: a request whose texts
 # total up to this many characters is tokenized in place (~2 ms at most, no thread hand-off on the hot
@@ -50,27 +51,50 @@ class TaskService(Generic[SeqT]):
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
+        self._truncating: dict[tuple[int, str], Tokenizer] = {}
+
+    def truncating_tokenizer(self, limit: int, direction: TruncationDirection) -> Tokenizer:
+        """A copy of the tokenizer that cuts its encodings to `limit` tokens, special tokens included (a pair:
+        the longer text first), as TEI's `truncate` does; built once per limit and direction."""
+        key = (limit, direction)
+        if key not in self._truncating:
+            tokenizer = Tokenizer.from_str(self.tokenizer.to_str())
+            tokenizer.enable_truncation(limit, direction=direction)
+            self._truncating[key] = tokenizer
+        return self._truncating[key]
 
     def encode_now(
-        self, inputs: Sequence[TokenizerInput], limit: int | None, batch: bool = False
+        self,
+        inputs: Sequence[TokenizerInput],
+        limit: int | None,
+        batch: bool = False,
+        truncation: TruncationDirection | None = None,
     ) -> list[Encoding | int]:
         """Each input's Encoding; past `limit` tokens only its token count, the Encoding freed here (on a worker
         thread: a refused 900 KB text's ~15 MB is gone before the heap is trimmed, not held by the 422's
-        traceback). `batch`: with encode_batch, which releases the GIL (for worker threads)."""
+        traceback), or cut to `limit` from the `truncation` side. `batch`: with encode_batch, which releases
+        the GIL (for worker threads)."""
+        tokenizer = self.tokenizer
+        if truncation is not None and limit is not None:
+            tokenizer = self.truncating_tokenizer(limit, truncation)
         if batch:
-            encodings = self.tokenizer.encode_batch(list(inputs))
+            encodings = tokenizer.encode_batch(list(inputs))
         else:  # no batch machinery (rayon) for the short texts of the hot path
-            encode = self.tokenizer.encode
+            encode = tokenizer.encode
             encodings = [encode(*x) if isinstance(x, tuple) else encode(x) for x in inputs]
         return [e if limit is None or len(e) <= limit else len(e) for e in encodings]
 
-    async def encode(self, inputs: Sequence[TokenizerInput], limit: int | None) -> list[Encoding | int]:
+    async def encode(
+        self, inputs: Sequence[TokenizerInput], limit: int | None, truncation: TruncationDirection | None = None
+    ) -> list[Encoding | int]:
         """`encode_now`: in place for short texts, on the tokenizer worker slots for long ones."""
         chars = sum(len(x) if isinstance(x, str) else len(x[0]) + len(x[1]) for x in inputs)
         if chars <= INLINE_TOKENIZE_CHARS:
-            return self.encode_now(inputs, limit)
+            return self.encode_now(inputs, limit, truncation=truncation)
         large = chars > LARGE_TOKENIZE_CHARS
-        return await self.tokenizer_work.run(lambda: self.encode_now(inputs, limit, batch=True), large=large)
+        return await self.tokenizer_work.run(
+            lambda: self.encode_now(inputs, limit, batch=True, truncation=truncation), large=large
+        )
 
     def deadline(self) -> float:
         """When a job submitted now times out (SERVE_REQUEST_TIMEOUT_S), on time.monotonic()."""
@@ -79,6 +103,11 @@ class TaskService(Generic[SeqT]):
     def warmup_ids(self, limit: int) -> list[list[int]]:
         """The warm-up texts' token ids, truncated to `limit` tokens."""
         return [self.tokenizer.encode(text).ids[:limit] for text in self.warmup_texts]
+
+
+def too_long(tokens: int, limit: int) -> str:
+    """The 422 for an encoder input past the limit."""
+    return f"the input has {tokens} tokens; the limit is {limit} (ask for truncation to cut it)"
 
 
 def list_field(fields: list[str]) -> str:

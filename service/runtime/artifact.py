@@ -9,9 +9,10 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from service.contract.kinds import CLASSIFICATION, TASKS, Task
+from service.contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from service.contract.names import LOGITS_TO_KEEP
 from service.runtime.golden import GOLDEN_FILE, read_golden
+from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
 
@@ -70,6 +71,12 @@ class Artifact:
     tokenizer_file: Path
     card: dict[str, Any] = field(default_factory=dict)
     golden: dict[str, Any] | None = None  # golden.json: what the export recorded (None for a folder without one)
+    # An embedder's: how its graph pools (informational), whether its vectors are normalised by default,
+    # and whether a prefix of its dimensions is itself an embedding (Matryoshka training).
+    pooling: str | None = None
+    normalize: bool = False
+    dimensions_truncatable: bool = False
+    weights_package: WeightsPackage | None = None  # graph weights an installed package ships
 
     @property
     def n_heads(self) -> int:
@@ -197,6 +204,18 @@ def load_artifact(folder: Path) -> Artifact:
         card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{card_path}: cannot read the model card ({exc})") from None
+    weights_package = None
+    if WEIGHTS_PACKAGE in data:
+        try:
+            weights_package = parse_weights_package(data[WEIGHTS_PACKAGE], where)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
+    for key in ("normalize", "dimensions_truncatable"):
+        if not isinstance(data.get(key, False), bool):
+            raise ArtifactError(f"{where}: field {key!r} must be true or false")
+    pooling = data.get("pooling")
+    if pooling is not None and pooling not in POOLING_MODES:
+        raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -215,4 +234,8 @@ def load_artifact(folder: Path) -> Artifact:
         tokenizer_file=tokenizer_file,
         card=card if isinstance(card, dict) else {},
         golden=golden,
+        pooling=pooling,
+        normalize=data.get("normalize", False),
+        dimensions_truncatable=data.get("dimensions_truncatable", False),
+        weights_package=weights_package,
     )

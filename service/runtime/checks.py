@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.contract.kinds import CLASSIFICATION, DECODER, ENCODER, TRANSLATION
+from service.contract.kinds import CLASSIFICATION, DECODER, EMBEDDING, ENCODER, TRANSLATION
 from service.contract.names import (
     ATTENTION_MASK,
     ATTENTION_PREFIXES,
     ATTENTIONS,
     CROSS,
+    EMBEDDINGS,
     ENCODER_ATTENTION_MASK,
     INPUT_IDS,
     KV_PREFIXES,
@@ -92,6 +93,9 @@ def _config_fields(artifact: Artifact) -> dict[str, Any]:
                               "special_tokens": artifact.special_tokens, "dims": artifact.dims}
     if artifact.contract is CLASSIFICATION:
         fields["labels"] = list(artifact.labels)
+    if artifact.contract is EMBEDDING:
+        fields |= {"pooling": artifact.pooling, "normalize": artifact.normalize,
+                   "dimensions_truncatable": artifact.dimensions_truncatable}
     return fields
 
 
@@ -168,6 +172,8 @@ def _expected_dims(artifact: Artifact, name: str, rank: int) -> dict[int, tuple[
         return {1: (artifact.n_heads, "dims.n_heads")}
     if name == LOGITS and artifact.contract is CLASSIFICATION:
         return {rank - 1: (len(artifact.labels), "labels")}
+    if name == EMBEDDINGS:
+        return {rank - 1: (artifact.dims["d_model"], "dims.d_model")} if "d_model" in artifact.dims else {}
     if name == LOGITS:
         return {rank - 1: (artifact.vocab_size, "vocab_size")}
     return {}
@@ -242,7 +248,7 @@ def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:
     ids = tokenizer.encode(SAMPLE_TEXTS[0]).ids
     if ids and artifact.contract is TRANSLATION:
         expected["eos"] = (len(ids) - 1, ids[-1])
-    if ids and artifact.contract is CLASSIFICATION:
+    if ids and artifact.contract in (CLASSIFICATION, EMBEDDING):
         expected |= {"cls": (0, ids[0]), "sep": (len(ids) - 1, ids[-1])}
     for role, (position, token_id) in expected.items():
         if specials.get(role, token_id) != token_id:
@@ -281,12 +287,15 @@ def _probe(
     last_id, positions = artifact.vocab_size - 1, artifact.max_positions
     vocab_claim = f"vocab_size {artifact.vocab_size}"
     length_claim = f"max_positions {positions}"
-    if artifact.contract is CLASSIFICATION:
+    if artifact.contract in (CLASSIFICATION, EMBEDDING):
         enc = sessions[ENCODER]
         n = min(positions, max_input_tokens)
+        output = artifact.contract.graph_io(ENCODER, artifact.dims).outputs[0]
         for ids, claim in ((_ids([last_id]), vocab_claim), (np.zeros((1, n), dtype=np.int64), length_claim)):
-            feeds = {INPUT_IDS: ids, TOKEN_TYPE_IDS: np.zeros_like(ids), ATTENTION_MASK: np.ones_like(ids)}
-            _run(artifact, enc, feeds, [LOGITS], claim)
+            feeds = {INPUT_IDS: ids, ATTENTION_MASK: np.ones_like(ids)}
+            if TOKEN_TYPE_IDS in enc.input_names:
+                feeds[TOKEN_TYPE_IDS] = np.zeros_like(ids)
+            _run(artifact, enc, feeds, [output], claim)
         return {}
     layers = artifact.n_decoder_layers
     dec = sessions[DECODER]

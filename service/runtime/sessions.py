@@ -58,7 +58,12 @@ def requested_providers(device: str) -> list[str]:
     return [CPU]
 
 
-def artifact_sessions(model: str, graphs: Mapping[str, GraphSpec], options: RuntimeOptions) -> dict[str, GraphSession]:
+def artifact_sessions(
+    model: str,
+    graphs: Mapping[str, GraphSpec],
+    options: RuntimeOptions,
+    initializers: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, GraphSession]:
     """One session per graph of an artifact. Only the graph the worker runs most keeps its intra-op threads
     spin-waiting between runs: the decoder where there is one (it runs step after step), else the only
     graph. Measured over HTTP, 16 concurrent greedy translations: the encoder's threads spinning between
@@ -69,10 +74,13 @@ def artifact_sessions(model: str, graphs: Mapping[str, GraphSpec], options: Runt
     that answer several requests at once: their siblings keep the event loop busy meanwhile (parsing,
     validating, answering), and all intra-op threads beside it oversubscribe the cores. Measured over HTTP
     on 2 cores, 32 concurrent single texts: the intra-op threads used 2.6-3.4 ms of CPU per request with
-    2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread."""
+    2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread.
+
+    `initializers`: weights the graph files leave out (service/runtime/weights_package.py)."""
     spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
     one_step = "decoder" not in graphs  # a classifier: one run answers its requests
-    return {role: GraphSession(model, spec, options, spin=role == spinning, busy_session=one_step)
+    return {role: GraphSession(model, spec, options, spin=role == spinning, busy_session=one_step,
+                               initializers=initializers)
             for role, spec in graphs.items()}
 
 
@@ -80,16 +88,24 @@ class GraphSession:
     """One ORT session for one graph of an artifact, with `run()` that hides plain-run vs IOBinding."""
 
     def __init__(
-        self, model: str, spec: GraphSpec, options: RuntimeOptions, spin: bool = True, busy_session: bool = False
+        self,
+        model: str,
+        spec: GraphSpec,
+        options: RuntimeOptions,
+        spin: bool = True,
+        busy_session: bool = False,
+        initializers: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.name = f"{model}/{spec.role}"
         self.spec = spec
         path, self.quantization = self._pick_file(spec, options.quantization)
         self.file = path
         requested = requested_providers(options.device)
+        # ORT reads external initializers from these buffers for the session's life: keep them referenced.
+        self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
         try:
             self.session = ort.InferenceSession(
-                str(path), sess_options=self._session_options(options, spin), providers=requested
+                str(path), sess_options=self._session_options(options, spin, self._initializers), providers=requested
             )
         except Exception as exc:  # a corrupt or truncated file: one line that names it
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
@@ -102,7 +118,8 @@ class GraphSession:
         self.device = "cuda" if self.provider == CUDA else "cpu"
         busy_threads = options.busy_threads() if busy_session and self.device == "cpu" else None
         self.busy_session = None if busy_threads is None else ort.InferenceSession(
-            str(path), sess_options=self._session_options(replace(options, intra_op_threads=busy_threads), spin),
+            str(path),
+            sess_options=self._session_options(replace(options, intra_op_threads=busy_threads), spin, self._initializers),
             providers=[CPU],
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
@@ -137,8 +154,12 @@ class GraphSession:
         return spec.file, "none"
 
     @staticmethod
-    def _session_options(options: RuntimeOptions, spin: bool) -> ort.SessionOptions:
+    def _session_options(
+        options: RuntimeOptions, spin: bool, initializers: Mapping[str, ort.OrtValue]
+    ) -> ort.SessionOptions:
         so = ort.SessionOptions()
+        if initializers:
+            so.add_external_initializers(list(initializers), list(initializers.values()))
         if not spin:
             so.add_session_config_entry(ALLOW_SPINNING, "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
