@@ -23,7 +23,8 @@ class Classifier(nn.Module):
         super().__init__()
         c = self.config = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.seg_emb = nn.Embedding(c.type_vocab_size, c.d_model)
+        # Segment embeddings: none when type_vocab_size is 0 (DistilBERT); one row (RoBERTa) is added to every token.
+        self.seg_emb = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         self.pos = PositionalEncoding.from_config(c)
         self.emb_scale = embedding_scale(c)
         self.ln_emb = embedding_norm(c)
@@ -37,13 +38,18 @@ class Classifier(nn.Module):
         self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), layer_norm(c))
         self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
         for emb in (self.tok_emb, self.seg_emb):
-            nn.init.normal_(emb.weight, std=0.02)
+            if emb is not None:
+                nn.init.normal_(emb.weight, std=0.02)
 
-    def encode(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """[B, S] -> hidden states [B, S, D] and per-layer attention weights [B, H, S, S]."""
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """[B, S] -> hidden states [B, S, D] and per-layer attention weights [B, H, S, S].
+
+        ``token_type_ids`` None: segment 0 everywhere (the graphs of families without a token-type input)."""
         B, S = input_ids.shape
         positions = torch.arange(S, device=input_ids.device).expand(B, S)
-        x = self.tok_emb(input_ids) * self.emb_scale + self.seg_emb(token_type_ids) + self.pos(positions)
+        x = self.tok_emb(input_ids) * self.emb_scale + self.pos(positions)
+        if self.seg_emb is not None:
+            x = x + (self.seg_emb(token_type_ids) if token_type_ids is not None else self.seg_emb.weight[0])
         x = self.dropout(self.ln_emb(x))
         bias = padding_bias(attention_mask, x.dtype)
         weights = []
@@ -66,7 +72,7 @@ class Classifier(nn.Module):
         """Masked-token logits, decoder tied to the token embeddings. [..., D] -> [..., V]"""
         return self.mlm_transform(hidden) @ self.tok_emb.weight.T + self.mlm_bias
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Fine-tuned classification: (label logits [B, num_labels], attention weights)."""
         hidden, weights = self.encode(input_ids, token_type_ids, attention_mask)
         return self.cls_head(self.sentence_vector(hidden, attention_mask)), weights

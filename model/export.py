@@ -28,10 +28,11 @@ from torch.export import Dim
 
 from model.classifier import Classifier
 from model.config import ClassifierConfig, TransformerConfig, TranslatorConfig
+from model.embedder import Embedder
 from model.generator import Generator
 from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.translator import Translator
-from service.contract.kinds import KINDS, graph_file, int8_graph_file
+from service.contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
 from service.contract.names import LOGITS, LOGITS_TO_KEEP
 
 OPSET = 20
@@ -91,14 +92,25 @@ class GeneratorGraph(nn.Module):
         return (logits, *flatten(present), *weights)
 
 
-class ClassifierGraph(nn.Module):
-    def __init__(self, model: Classifier) -> None:
+class EncoderGraph(nn.Module):
+    """A classifier's (logits) or an embedder's (embeddings) encoder graph: (input_ids, token_type_ids,
+    attention_mask), or (input_ids, attention_mask) for families without a token-type input."""
+
+    def __init__(self, model: Classifier | Embedder) -> None:
         super().__init__()
         self.model = model
+        self.token_types = has_token_type_input(model.config)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        logits, weights = self.model(input_ids, token_type_ids, attention_mask)
-        return (logits, *weights)
+    def forward(self, input_ids: Tensor, *rest: Tensor) -> tuple[Tensor, ...]:
+        token_type_ids, attention_mask = (rest[0], rest[1]) if self.token_types else (None, rest[0])
+        output, weights = self.model(input_ids, token_type_ids, attention_mask)
+        return (output, *weights)
+
+
+def has_token_type_input(config: ClassifierConfig) -> bool:
+    """A graph takes token_type_ids when the model has two or more segment rows; with one (RoBERTa) that row
+    is added to every token, with none (DistilBERT) there is nothing to add."""
+    return config.type_vocab_size > 1
 
 
 # --- graph specs: example inputs, names and dynamic axes --------------------------------------------
@@ -126,11 +138,15 @@ def _ids(vocab: int, B: int, S: int, generator: torch.Generator) -> Tensor:
 
 
 def _dims(config: TransformerConfig) -> dict[str, int]:
-    """config.json's dims for this config (model sizes and layer counts)."""
+    """config.json's dims for this config (model sizes and layer counts; an encoder's token-type rows when
+    they differ from BERT's 2, which the contract assumes when the key is absent)."""
     dims = {"d_model": config.d_model, "n_heads": config.n_heads, "d_head": config.d_head, "d_ff": config.d_ff}
     if isinstance(config, TranslatorConfig):
         return dims | {"n_encoder_layers": config.n_encoder_layers, "n_decoder_layers": config.n_decoder_layers}
-    return dims | {"n_layers": config.n_layers}  # type: ignore[attr-defined]
+    dims |= {"n_layers": config.n_layers}  # type: ignore[attr-defined]
+    if isinstance(config, ClassifierConfig) and config.type_vocab_size != 2:
+        dims["n_token_types"] = config.type_vocab_size if has_token_type_input(config) else 0
+    return dims
 
 
 def translator_specs(model: Translator, logits_to_keep: bool = True) -> list[GraphSpec]:
@@ -207,29 +223,49 @@ def generator_specs(model: Generator, logits_to_keep: bool = True) -> list[Graph
     ]
 
 
-def classifier_specs(model: Classifier, logits_to_keep: bool = True) -> list[GraphSpec]:
+def encoder_specs(model: Classifier | Embedder, task: Task) -> list[GraphSpec]:
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S = 2, 5
     mask = torch.ones(B, S, dtype=torch.long)
     mask[1, -2:] = 0
     types = torch.zeros(B, S, dtype=torch.long)
     types[:, 3:] = 1
-    io = KINDS["classifier"].task.graph_io("encoder", _dims(c))
+    io = task.graph_io("encoder", _dims(c))
+    token_types = has_token_type_input(c)
     return [
         GraphSpec(
             role="encoder",
-            module=ClassifierGraph(model),
-            example=(_ids(c.vocab_size, B, S, g), types, mask),
+            module=EncoderGraph(model),
+            example=(_ids(c.vocab_size, B, S, g), *((types,) if token_types else ()), mask),
             input_names=list(io.inputs),
             output_names=list(io.all_outputs),
-            dynamic_shapes=({0: BATCH, 1: SEQ}, {0: BATCH, 1: SEQ}, {0: BATCH, 1: SEQ}),
+            dynamic_shapes=({0: BATCH, 1: SEQ}, tuple([{0: BATCH, 1: SEQ}] * (2 if token_types else 1))),
         )
     ]
+
+
+def classifier_specs(model: Classifier, logits_to_keep: bool = True) -> list[GraphSpec]:
+    return encoder_specs(model, KINDS["classifier"].task)
+
+
+def embedder_specs(model: Embedder, logits_to_keep: bool = True) -> list[GraphSpec]:
+    return encoder_specs(model, EMBEDDING)
 
 
 # torch-side tables of the registry's kinds (tests/model/test_kinds.py checks they cover service.contract.KINDS)
 MODEL_CLASSES: dict[str, type[nn.Module]] = {"translator": Translator, "generator": Generator, "classifier": Classifier}
 SPECS = {"translator": translator_specs, "generator": generator_specs, "classifier": classifier_specs}
+# Kinds this exporter writes that are imported or built rather than trained here (service.contract.KINDS
+# lists the trainable ones): their task and graph specs.
+EXPORT_ONLY_KINDS: dict[str, tuple[Task, Any]] = {"embedder": (EMBEDDING, embedder_specs)}
+
+
+def task_of(kind: str) -> Task:
+    return EXPORT_ONLY_KINDS[kind][0] if kind in EXPORT_ONLY_KINDS else KINDS[kind].task
+
+
+def specs_of(kind: str) -> Any:
+    return EXPORT_ONLY_KINDS[kind][1] if kind in EXPORT_ONLY_KINDS else SPECS[kind]
 
 
 # --- ONNX passes ------------------------------------------------------------------------------------
@@ -301,11 +337,14 @@ def finish_graph(path: Path, defaults: dict[str, int], axis_names: dict[str, dic
 
 
 def build_config(
-    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str, name: str | None = None
+    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str, name: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """config.json; ``extra``: top-level keys of the task (an embedder's pooling, normalize, ...), which may
+    replace the defaults (an embedder's max_positions is the input limit its checkpoint was trained to)."""
     import onnxruntime
 
-    task = KINDS[kind].task
+    task = task_of(kind)
     out: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "name": name or kind,
@@ -326,9 +365,9 @@ def build_config(
             "weights_storage": weights_storage,
         },
     }
-    if isinstance(config, ClassifierConfig):
+    if isinstance(config, ClassifierConfig) and task.name != EMBEDDING.name:
         out["labels"] = list(config.labels)
-    return out
+    return out | (extra or {})
 
 
 def export_model(
@@ -352,7 +391,7 @@ def export_model(
     if fp16_storage:
         round_weights_to_fp16(model)
     graphs: dict[str, dict[str, Any]] = {}
-    for spec in SPECS[kind](model):  # type: ignore[operator]
+    for spec in specs_of(kind)(model):
         path = out_dir / graph_file(spec.role)
         export_graph(spec, path)
         int8_file = None
@@ -364,7 +403,9 @@ def export_model(
         if fp16_storage:
             store_initializers_fp16(path)
         graphs[spec.role] = {"file": path.name, "int8_file": int8_file, **describe_io(path)}
-    config = build_config(kind, model.config, graphs, "float16" if fp16_storage else "float32", served_name)  # type: ignore[arg-type]
+    extra = model.artifact_fields() if isinstance(model, Embedder) else None
+    config = build_config(kind, model.config, graphs, "float16" if fp16_storage else "float32", served_name,  # type: ignore[arg-type]
+                          extra)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
     if card_dir is not None:

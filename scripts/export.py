@@ -5,6 +5,8 @@
                                                                # a cooled-down branch, only if its
                                                                # validation loss beats the committed card's
     python -m scripts.export --tiny --out /tmp/tiny-artifacts  # tiny random models
+    python -m scripts.export --tiny --out /tmp/tiny embedder reranker
+                                                               # the tiny encoder artifacts beside them
     python -m scripts.export generator --from-artifact         # re-export artifacts/generator from the
                                                                # weights in its own graphs (this exporter)
 """
@@ -20,10 +22,13 @@ from typing import Any
 from model.checkpoint import export_checkpoint, reexport_artifact
 from service.contract.kinds import KINDS
 
+TINY_ONLY = ("embedder", "reranker")  # tiny encoder artifacts (tests/tiny_models.py TINY_ENCODERS), --tiny only
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="*", help=f"any of {', '.join(KINDS)} (default: all three)")
+    parser.add_argument("models", nargs="*", help=f"any of {', '.join(KINDS)} (default: all three); with --tiny also "
+                                                   f"{', '.join(TINY_ONLY)}")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="training output folder")
     parser.add_argument("--out", type=Path, default=Path("artifacts"))
     parser.add_argument("--tiny", action="store_true", help="export tiny randomly initialized models")
@@ -34,9 +39,10 @@ def main() -> None:
     parser.add_argument("--if-better", action="store_true",
                         help="replace the artifact only if the run's validation loss is lower than its card's")
     args = parser.parse_args()
-    unknown = set(args.models) - set(KINDS)
+    known = (*KINDS, *TINY_ONLY) if args.tiny else tuple(KINDS)
+    unknown = set(args.models) - set(known)
     if unknown:
-        parser.error(f"unknown model(s): {', '.join(sorted(unknown))}; choose from {', '.join(KINDS)}")
+        parser.error(f"unknown model(s): {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.tiny:
         from tests.tiny_models import export_tiny_artifacts  # test fixtures, run from the repository root

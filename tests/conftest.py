@@ -61,6 +61,42 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture(scope="session")
+def tiny_encoder_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny encoder artifacts beside the kinds (tests/tiny_models.py TINY_ENCODERS): ``<folder>/embedder``
+    (embedding task, mean pooling, normalize true) and ``<folder>/reranker`` (classification, one label
+    "score"); exported once per source version, in a folder of their own so that ``tiny_artifacts`` serves
+    what it always did."""
+    from tiny_models import TINY_ENCODERS
+
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("tiny-encoders")) if cache is not None else tmp_path_factory.mktemp("tiny-encoders")
+    folder = root / _model_source_hash()
+    if not all((folder / name / "golden.json").is_file() for name in TINY_ENCODERS):
+        from tiny_models import export_tiny_artifacts
+
+        staging = tmp_path_factory.mktemp("tiny-encoder-export")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            export_tiny_artifacts(staging, TINY_ENCODERS)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts_with_encoders(tiny_artifacts: Path, tiny_encoder_artifacts: Path,
+                                 tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder serving every tiny artifact: the kinds of ``tiny_artifacts`` plus embedder and reranker."""
+    folder = tmp_path_factory.mktemp("tiny-all")
+    for source in (tiny_artifacts, tiny_encoder_artifacts):
+        for artifact in source.iterdir():
+            if (artifact / "config.json").is_file():
+                shutil.copytree(artifact, folder / artifact.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def hf_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Small random transformers checkpoints (tests/hf_checkpoints.py) in ``checkpoints/<family>`` and
     their imports by scripts/import_checkpoint in ``artifacts/<family>``; built once per source version."""

@@ -1,15 +1,23 @@
 """Tiny randomly initialized models and their artifacts, for fast service and export tests (and for
-trying the server without trained models: ``python -m scripts.export --tiny --out /tmp/tiny``)."""
+trying the server without trained models: ``python -m scripts.export --tiny --out /tmp/tiny``).
+
+Beside the trainable kinds (service.contract.kinds.KINDS) come two encoder artifacts that are not kinds
+of their own: ``embedder`` (the embedding task: BERT-like, mean pooling, normalize true) and
+``reranker`` (a cross-encoder: a classification artifact with one label, "score", whose logit is the
+relevance of a (query, text) pair).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from model.classifier import Classifier
 from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.embedder import Embedder, EmbeddingOptions
 from model.export import MODEL_CLASSES, export_model
 from service.contract.kinds import KINDS
 
@@ -45,15 +53,51 @@ def build_tiny_model(kind: str) -> tuple[nn.Module, Tokenizer]:
     return MODEL_CLASSES[kind](config), tokenizer  # type: ignore[call-arg]
 
 
-def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = tuple(KINDS)) -> None:
-    """Tiny models with real (tiny) tokenizers in ``out_dir/<kind>/``.
+RERANKER_LABEL = "score"  # the reranker's one label: its logit is the relevance score
+TINY_ENCODERS = ("embedder", "reranker")  # tiny artifacts beside the kinds (folder name = served name)
+TINY_MAX_POSITIONS = 64  # the tiny embedder's input limit (config.json max_positions), below its table's 128
 
-    The PyTorch reference of each is ``build_tiny_model(kind)`` with ``round_weights_to_fp16`` applied.
+
+def build_tiny_encoder(name: str) -> tuple[nn.Module, Tokenizer, str]:
+    """A tiny embedder or reranker, its tokenizer (the classifier's) and the kind it exports as; deterministic."""
+    from model import tokenization
+
+    torch.manual_seed(1 if name == "embedder" else 2)
+    tokenizer = tokenization.TRAINERS["classifier"](TINY_CORPUS * 4, 300)
+    specials = tokenization.SPECIAL_TOKENS["classifier"]
+    if name == "embedder":
+        config = ClassifierConfig(**_tiny_sizes(tokenizer.get_vocab_size(), specials), n_layers=2)
+        options = EmbeddingOptions(pooling="mean", normalize=True, max_positions=TINY_MAX_POSITIONS)
+        return Embedder(config, options), tokenizer, "embedder"
+    if name == "reranker":
+        config = ClassifierConfig(**_tiny_sizes(tokenizer.get_vocab_size(), specials), n_layers=2,
+                                  labels=[RERANKER_LABEL])
+        return Classifier(config), tokenizer, "classifier"
+    raise ValueError(f"no tiny encoder {name!r}; choose one of {TINY_ENCODERS}")
+
+
+def _tiny_sizes(vocab_size: int, special_tokens: dict[str, int]) -> dict[str, Any]:
+    return dict(vocab_size=vocab_size, d_model=32, n_heads=2, d_ff=64, max_positions=128,
+                special_tokens=special_tokens)
+
+
+def build_tiny(name: str) -> tuple[nn.Module, Tokenizer, str]:
+    """Any tiny artifact's model, tokenizer and export kind: a kind of KINDS or one of TINY_ENCODERS."""
+    if name in TINY_ENCODERS:
+        return build_tiny_encoder(name)
+    model, tokenizer = build_tiny_model(name)
+    return model, tokenizer, name
+
+
+def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = tuple(KINDS)) -> None:
+    """Tiny models with real (tiny) tokenizers in ``out_dir/<name>/``: any of KINDS and TINY_ENCODERS.
+
+    The PyTorch reference of each is ``build_tiny(name)[0]`` with ``round_weights_to_fp16`` applied.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    for kind in kinds:
-        model, tokenizer = build_tiny_model(kind)
-        tokenizer_path = out_dir / f"{kind}.tokenizer.json"
+    for name in kinds:
+        model, tokenizer, kind = build_tiny(name)
+        tokenizer_path = out_dir / f"{name}.tokenizer.json"
         tokenizer.save(str(tokenizer_path))
-        export_model(kind, model, tokenizer_path, out_dir / kind)
+        export_model(kind, model, tokenizer_path, out_dir / name, name=name)
         tokenizer_path.unlink()
