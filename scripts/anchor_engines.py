@@ -1,13 +1,16 @@
 """The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
 
-    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier \
+    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder \
         --artifacts DIR --work DIR [--threads 2] [shape options]
+    python -m scripts.anchor_engines floor --port PORT --dimensions D
+
 
 builds nothing: it loads the models that `build_hf_and_ct2` saved in --work (or, for `engine`, our
 served artifacts in --artifacts) and answers one JSON line
 per JSON request line on stdin ({"row", "concurrency", "requests"} -> {"value", "lengths"}). Each engine
 and model has a process of its own (see PARTS): CTranslate2 and torch each bring a libgomp, and two
 OpenMP runtimes in one process slowed HF's decoding 4x here; bench_anchor's HTTP client uses neither.
+`floor` serves scripts/http_floor.py's app plus POST /v1/embeddings (a D-float vector per input).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import numpy as np
 PROMPT_SEED = 0
 SOURCE = "The committee approved the new budget after a long debate about the roads."  # 20 translator tokens
 TEXT = "The movie was a delight from start to finish."  # a short sentence to classify
-KINDS = ("generator", "translator", "classifier")
+KINDS = ("generator", "translator", "classifier", "embedder")
+EMBEDDER = "embedder"  # served as it is (its weights come from a package): export_random links it
 Run = Callable[[int], tuple[int, list[int]]]  # a batch of n requests -> (units, output tokens of each)
 
 
@@ -40,14 +44,23 @@ def dims(folder: Path) -> dict[str, Any]:
             "special_tokens": config["special_tokens"], "labels": len(config.get("labels", [0, 0]))}
 
 
-def export_random(artifacts: Path, out: Path) -> None:
-    """Our models with the dims of `artifacts` and random weights (their tokenizers), float32 and int8 graphs."""
+def export_random(artifacts: Path, out: Path, kinds: tuple[str, ...] = KINDS) -> None:
+    """Our models with the dims of `artifacts` and random weights (their tokenizers), float32 and int8 graphs;
+    the embedder is the served one, linked (an encoder's speed does not depend on its weights)."""
     import torch
 
     from model.checkpoint import artifact_config
     from model.export import MODEL_CLASSES, export_model
 
-    for kind in KINDS:
+    for kind in kinds:
+        if kind == EMBEDDER:
+            link = out / kind
+            out.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() and link.resolve() != (artifacts / kind).resolve():
+                link.unlink()
+            if not link.exists():
+                link.symlink_to((artifacts / kind).resolve(), target_is_directory=True)
+            continue
         if (out / kind / "config.json").is_file():
             continue
         torch.manual_seed(0)
@@ -74,14 +87,17 @@ def hf_model(kind: str, d: dict[str, Any]) -> Any:
             max_position_embeddings=d["max_positions"], activation_function="relu", pad_token_id=d["vocab_size"],
             eos_token_id=special["eos"], bos_token_id=special["bos"], decoder_start_token_id=d["vocab_size"],
             forced_eos_token_id=None))
-    return transformers.BertForSequenceClassification(transformers.BertConfig(
+    bert = transformers.BertConfig(
         vocab_size=d["vocab_size"], hidden_size=d["d_model"], num_hidden_layers=d["n_layers"],
         num_attention_heads=d["n_heads"], intermediate_size=d["d_ff"], max_position_embeddings=d["max_positions"],
         type_vocab_size=2, num_labels=d["labels"], pad_token_id=special["pad"],
-        position_embedding_type="absolute"))  # transformers 5 dropped the field; CTranslate2 4.8 reads it
+        position_embedding_type="absolute")  # transformers 5 dropped the field; CTranslate2 4.8 reads it
+    if kind == EMBEDDER:  # the encoder alone (CTranslate2's converter wants its pooler too); pooled in the caller
+        return transformers.BertModel(bert)
+    return transformers.BertForSequenceClassification(bert)
 
 
-def build_hf_and_ct2(artifacts: Path, work: Path) -> None:
+def build_hf_and_ct2(artifacts: Path, work: Path, kinds: tuple[str, ...] = KINDS) -> None:
     """work/<kind>/hf: a saved random transformers model (+ a tokenizer made from ours); work/<kind>/ct2: converted."""
     import torch
     import transformers
@@ -89,7 +105,7 @@ def build_hf_and_ct2(artifacts: Path, work: Path) -> None:
 
     Converter = converter_class()
     transformers.logging.set_verbosity_error()
-    for kind in KINDS:
+    for kind in kinds:
         hf_dir, ct2_dir = work / kind / "hf", work / kind / "ct2"
         if (ct2_dir / "model.bin").is_file():
             continue
@@ -145,16 +161,23 @@ class _Vocabulary:
 # --- engines: one function per row, each running n requests as one batch ----------------------------------
 
 
+def _encode(folder: Path, text: str) -> list[int]:
+    """`text` as the model in `folder` tokenizes it; [] when --artifacts has no such model (its rows are not run)."""
+    from tokenizers import Tokenizer
+
+    path = folder / "tokenizer.json"
+    return Tokenizer.from_file(str(path)).encode(text).ids if path.is_file() else []
+
+
 class Shapes:
     def __init__(self, args: argparse.Namespace, artifacts: Path) -> None:
-        from tokenizers import Tokenizer
-
         gen = dims(artifacts / "generator")
         self.new_tokens, self.target_tokens = args.new_tokens, args.target_tokens
         self.prompt = [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(10, gen["vocab_size"],
                                                                                      args.prompt_tokens)]
-        self.source = Tokenizer.from_file(str(artifacts / "translator" / "tokenizer.json")).encode(SOURCE).ids
-        self.text = Tokenizer.from_file(str(artifacts / "classifier" / "tokenizer.json")).encode(TEXT).ids
+        self.source = _encode(artifacts / "translator", SOURCE)
+        self.text = _encode(artifacts / "classifier", TEXT)
+        self.embed_text = _encode(artifacts / EMBEDDER, TEXT)  # the classifier's sentence, the embedder's tokens
 
 
 # Which model (and compute type) each row runs on. Each (engine, part) pair gets a process of its own:
@@ -162,7 +185,8 @@ class Shapes:
 # generator's speed, and after a translator batch in the same process it decoded one request 4x slower.
 PARTS = {"generator_c16": "generator", "generator_c1": "generator", "generator_int8_c16": "generator-int8",
          "translator_beam4_c16": "translator", "translator_greedy_c16": "translator",
-         "classifier_c32": "classifier", "classifier_c1": "classifier"}
+         "classifier_c32": "classifier", "classifier_c1": "classifier",
+         "embedder_c32": EMBEDDER, "embedder_c1": EMBEDDER}
 
 
 class CT2:
@@ -183,8 +207,9 @@ class CT2:
             self.source, self.translator = [vocab[i] for i in shapes.source], ctranslate2.Translator(str(path), **opts)
         else:
             self.encoder = ctranslate2.Encoder(str(path), **opts)
-            head = np.load(work / "classifier" / "hf" / "head.npz")
-            self.head_w, self.head_b = head["weight"].T.copy(), head["bias"]
+            if kind == "classifier":
+                head = np.load(work / "classifier" / "hf" / "head.npz")
+                self.head_w, self.head_b = head["weight"].T.copy(), head["bias"]
 
     def generate(self, n: int) -> tuple[int, list[int]]:
         out = self.generator.generate_batch(
@@ -210,6 +235,18 @@ class CT2:
         probs /= probs.sum(-1, keepdims=True)
         return n, [0] * n
 
+    def embed(self, n: int) -> tuple[int, list[int]]:
+        ids = [self.s.embed_text] * n
+        out = self.encoder.forward_batch(ids, token_type_ids=[[0] * len(self.s.embed_text)] * n)
+        mean_pool(np.asarray(out.last_hidden_state), np.ones((n, len(self.s.embed_text)), np.float32))
+        return n, [0] * n
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """[B, S, D] hidden states, [B, S] mask -> [B, D] unit vectors: the embedder's mean pooling and normalize."""
+    pooled = (hidden * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+
 
 class HF:
     """Eager PyTorch on one model: transformers' generate (greedy or beam search), or a plain forward."""
@@ -222,7 +259,7 @@ class HF:
         torch.set_num_threads(threads)
         self.torch, self.s = torch, shapes
         cls = {"generator": transformers.GPT2LMHeadModel, "translator": transformers.MarianMTModel,
-               "classifier": transformers.BertForSequenceClassification}[part]
+               "classifier": transformers.BertForSequenceClassification, EMBEDDER: transformers.BertModel}[part]
         self.model = cls.from_pretrained(work / part / "hf").eval()
 
     def generate(self, n: int) -> tuple[int, list[int]]:
@@ -252,6 +289,16 @@ class HF:
                        token_type_ids=self.torch.zeros_like(ids)).logits.softmax(-1)
         return n, [0] * n
 
+    def embed(self, n: int) -> tuple[int, list[int]]:
+        ids = self.torch.tensor([self.s.embed_text] * n)
+        mask = self.torch.ones_like(ids)
+        with self.torch.inference_mode():
+            hidden = self.model(input_ids=ids, attention_mask=mask, token_type_ids=self.torch.zeros_like(ids))
+            real = mask.unsqueeze(-1).to(hidden.last_hidden_state.dtype)
+            pooled = (hidden.last_hidden_state * real).sum(1) / real.sum(1).clamp(min=1e-9)
+            self.torch.nn.functional.normalize(pooled, dim=-1)
+        return n, [0] * n
+
 
 class Engine:
     """Our engine in process, without HTTP or the scheduler's thread: the model classes the server's worker
@@ -260,6 +307,7 @@ class Engine:
 
     def __init__(self, served: Path, shapes: Shapes, threads: int, part: str) -> None:
         from service.engine.classification import ClassificationModel
+        from service.engine.embedding import EmbeddingModel
         from service.engine.generation import GenerationModel
         from service.engine.metrics import Metrics
         from service.engine.translation import TranslationModel
@@ -270,13 +318,16 @@ class Engine:
         artifact = load_artifact(served / kind)
         options = RuntimeOptions(device="cpu", intra_op_threads=threads,
                                  quantization="int8" if part.endswith("-int8") else "none")
-        sessions = artifact_sessions(kind, artifact.graphs, options)
+        initializers = artifact.weights_package.load() if artifact.weights_package else None
+        sessions = artifact_sessions(kind, artifact.graphs, options, initializers)
         tokenizer, metrics = artifact.load_tokenizer(), Metrics()
         self.s = shapes
         if kind == "generator":
             self.model: Any = GenerationModel(kind, artifact, sessions["decoder"], tokenizer, metrics)
         elif kind == "translator":
             self.model = TranslationModel(kind, artifact, sessions["encoder"], sessions["decoder"], tokenizer, metrics)
+        elif kind == EMBEDDER:
+            self.model = EmbeddingModel(artifact, sessions["encoder"])
         else:
             self.model = ClassificationModel(artifact, sessions["encoder"], tokenizer)
 
@@ -314,6 +365,12 @@ class Engine:
         self._run([ClassificationSequence(item, None) for _ in range(n)])
         return n, [0] * n
 
+    def embed(self, n: int) -> tuple[int, list[int]]:
+        from service.engine.embedding import EmbeddingSequence
+
+        self._run([EmbeddingSequence(self.s.embed_text, True, None) for _ in range(n)])
+        return n, [0] * n
+
 
 def batched(run: Run, concurrency: int, requests: int) -> tuple[float, list[int]]:
     """Units per second over ceil(requests / concurrency) batches, after one untimed batch."""
@@ -331,7 +388,8 @@ def runs(engine: CT2 | HF | Engine, part: str) -> dict[str, Run]:
         "generator_c16": lambda: engine.generate, "generator_c1": lambda: engine.generate,
         "generator_int8_c16": lambda: engine.generate, "translator_beam4_c16": lambda: engine.translate(4),
         "translator_greedy_c16": lambda: engine.translate(1), "classifier_c32": lambda: engine.classify,
-        "classifier_c1": lambda: engine.classify}
+        "classifier_c1": lambda: engine.classify, "embedder_c32": lambda: engine.embed,
+        "embedder_c1": lambda: engine.embed}
     return {row: table[row]() for row, p in PARTS.items() if p == part}
 
 
@@ -342,8 +400,58 @@ def shape_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-tokens", type=int, default=30)
 
 
+# --- the floor: scripts/http_floor.py's app, and /v1/embeddings ------------------------------------------
+
+
+def embeddings_floor(dimensions: int) -> Any:
+    """scripts/http_floor.py's ASGI app answering POST /v1/embeddings too, in the shape and size of ours:
+    one `dimensions`-float vector per input (floats as long as a float32's repr in JSON), rendered per request
+    as any server must render its model's output."""
+    from scripts.http_floor import JSON, app
+
+    rng = np.random.default_rng(0)
+    vector = [float(v) for v in rng.standard_normal(dimensions).astype(np.float32) / np.sqrt(dimensions)]
+
+    async def floor(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/embeddings":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        inputs = json.loads(body)["input"]
+        count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
+        answer = {"object": "list", "model": "embedder",
+                  "data": [{"object": "embedding", "index": i, "embedding": vector} for i in range(count)],
+                  "usage": {"prompt_tokens": 12 * count, "total_tokens": 12 * count}}
+        data = json.dumps(answer, separators=(",", ":")).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [*JSON, (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    return floor
+
+
+def floor_main(argv: list[str]) -> None:
+    """uvicorn as scripts/http_floor.py runs it, around `embeddings_floor`."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m scripts.anchor_engines floor")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dimensions", type=int, required=True, help="the served embedder's vector size")
+    args = parser.parse_args(argv)
+    uvicorn.run(embeddings_floor(args.dimensions), host="127.0.0.1", port=args.port, http="httptools",
+                loop="auto", access_log=False, log_level="warning")
+
+
 def main() -> None:
     """Load one engine, then answer requests (the module docstring)."""
+    if sys.argv[1:2] == ["floor"]:
+        floor_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engine", choices=("ct2", "hf", "engine"))
     parser.add_argument("part", choices=sorted(set(PARTS.values())))

@@ -8,12 +8,15 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
     its end token early; /v1/translate has no way to force a length), served by `python -m service`
     (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by scripts/bench.py's client;
     --ours as-is serves --artifacts themselves (e.g. tiny random ones);
+    the embedder is the served one (artifacts/embedder, through POST /v1/embeddings);
   - Hugging Face `transformers` built with the same dimensions: GPT-2 (generator), Marian (translator),
-    BERT (classifier), eager PyTorch with torch.set_num_threads(--threads);
+    BERT (classifier; BertModel for the embedder, mean pooling and normalisation after it), eager PyTorch
+    with torch.set_num_threads(--threads);
   - CTranslate2 on those models converted by its TransformersConverter, float32 and int8, intra_threads=--threads
-    (the BERT conversion stops at the pooler: the 2-label head runs in numpy).
-  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work, driven
-    by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
+    (the BERT conversion stops at the pooler: the 2-label head, and the embedder's mean pooling and
+    normalisation of last_hidden_state, run in numpy).
+  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work (and
+    /v1/embeddings: scripts/anchor_engines.py's embeddings_floor), driven by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
     fast as CTranslate2 behind a server that costs nothing beyond uvicorn and the load generator on these
     cores. A target above it cannot be met on this machine by any server behind uvicorn.
 Every engine decodes greedily or with the same beams, with lengths forced (ignore_eos; min = max length).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -40,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from scripts.anchor_engines import (KINDS, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims, export_random,
-                                    shape_options)
+from scripts.anchor_engines import (EMBEDDER, KINDS, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims,
+                                    export_random, shape_options)
 from scripts.bench import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
                            machine_cpu_seconds, process_cpu_seconds)
 from scripts.http_floor import FloorServer
@@ -55,7 +59,24 @@ ROWS: dict[str, tuple[str, str, int, int]] = {
     "classifier_c32": ("classifier, 32 concurrent single texts", "seq/s", 32, 128),
     "classifier_c1": ("classifier, one text at a time", "seq/s", 1, 128),
     "generator_int8_c16": ("int8 generator, 16 concurrent (vs CT2 int8)", "tok/s", 16, 48),
+    "embedder_c32": ("embedder, 32 concurrent single texts", "seq/s", 32, 128),
+    "embedder_c1": ("embedder, one text at a time", "seq/s", 1, 128),
 }
+
+
+def row_kind(row: str) -> str:
+    """The artifact a row runs on (the streamed generator row has no part of its own)."""
+    return PARTS.get(row, "generator").removesuffix("-int8")
+
+
+class EmbeddingsFloor(FloorServer):
+    """The floor server with POST /v1/embeddings (scripts/anchor_engines.py's embeddings_floor)."""
+
+    def __init__(self, port: int, dimensions: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", "floor", "--port", str(port),
+                                      "--dimensions", str(dimensions)], cwd=REPO)
+        self.port, self.url = port, f"http://127.0.0.1:{port}"
+
 
 class Ours:
     """HTTP clients for our server (scripts/bench.py's Connection and drive); lengths forced with ignore_eos."""
@@ -97,6 +118,12 @@ class Ours:
 
     async def classify(self, conn: Connection) -> tuple[int, float | None]:
         status, data, _, _ = await conn.post("/v1/classify", {"model": "classifier", "text": TEXT})
+        _ok(status, data)
+        self.lengths.append(0)
+        return 1, None
+
+    async def embed(self, conn: Connection) -> tuple[int, float | None]:
+        status, data, _, _ = await conn.post("/v1/embeddings", {"model": EMBEDDER, "input": TEXT})
         _ok(status, data)
         self.lengths.append(0)
         return 1, None
@@ -151,7 +178,8 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
     clients = {"generator_c16": ours.generate(False), "generator_c16_stream": ours.generate(True),
                "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
                "translator_greedy_c16": ours.translate(1), "classifier_c32": ours.classify,
-               "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False)}
+               "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False),
+               "embedder_c32": ours.embed, "embedder_c1": ours.embed}
     def ours_cpu() -> float:
         return (client_cpu_seconds() + process_cpu_seconds(floor.proc.pid)
                 + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()]))
@@ -291,14 +319,21 @@ def main() -> None:
         parser.error(f"unknown rows {sorted(unknown)}")
     if "generator_c16_stream" in asked:  # it reuses the other engines' generator_c16 numbers
         asked.add("generator_c16")
+    present = tuple(k for k in KINDS if (args.artifacts / k / "config.json").is_file())
+    if missing := sorted({row_kind(r) for r in asked} - set(present)):
+        if args.rows != parser.get_default("rows"):
+            parser.error(f"--artifacts {args.artifacts} has no {', '.join(missing)}")
+        print(f"no {', '.join(missing)} in {args.artifacts}: skipping its rows", flush=True)
+        asked = {r for r in asked if row_kind(r) in present}
     rows = [r for r in ROWS if r in asked]  # the table's order, whatever the order asked
-    digest = hashlib.sha256(json.dumps([dims(args.artifacts / k) for k in KINDS]).encode()).hexdigest()[:12]
+    kinds = tuple(k for k in KINDS if k in {row_kind(r) for r in rows})
+    digest = hashlib.sha256(json.dumps([dims(args.artifacts / k) for k in present]).encode()).hexdigest()[:12]
     work = args.work or Path(tempfile.gettempdir()) / f"bench-anchor-{digest}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        build_hf_and_ct2(args.artifacts, work)
+        build_hf_and_ct2(args.artifacts, work, kinds)
         if args.ours == "random":
-            export_random(args.artifacts, work / f"ours-{exporter_digest()}")
+            export_random(args.artifacts, work / f"ours-{exporter_digest()}", kinds)
     if args.prepare_only:
         print(f"models in {work}")
         return
@@ -312,13 +347,18 @@ def main() -> None:
     engines = ("engine", "ct2") if args.no_hf else ("engine", "ct2", "hf")
     workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
                if (e, p) != ("hf", "generator-int8")}  # no int8 HF row
-    settings = {"models": ",".join(KINDS), "max_new_tokens": max(args.new_tokens, args.target_tokens, 256)}
-    settings |= extra
-    servers = {"float32": Server(served, args.threads, **settings),  # all four start side by side
-               "int8": Server(served, args.threads, quantization="int8", **settings)}
-    floor = FloorServer(free_port())
+    settings = {"max_new_tokens": max(args.new_tokens, args.target_tokens, 256)} | extra
+    # The rows' models; the int8 server (for its one row) without the embedder, whose graph is float32 only.
+    servers = {"float32": Server(served, args.threads, models=",".join(kinds), **settings)}  # side by side
+    if "generator_int8_c16" in rows:
+        int8_models = ",".join(k for k in kinds if k != EMBEDDER)
+        servers["int8"] = Server(served, args.threads, quantization="int8", models=int8_models, **settings)
+    dimensions = dims(served / EMBEDDER)["d_model"] if EMBEDDER in kinds else 8
+    floor = EmbeddingsFloor(free_port(), dimensions)
     try:
-        with servers["float32"], servers["int8"], floor:
+        with contextlib.ExitStack() as stack:
+            for server in [*servers.values(), floor]:
+                stack.enter_context(server)
             for worker in workers.values():
                 worker.ask({})  # its "ready" line
             rounds = []
@@ -341,7 +381,7 @@ def main() -> None:
         "served": str(served),
         "shapes": {"prompt_tokens": len(shapes.prompt), "new_tokens": shapes.new_tokens,
                    "source_tokens": len(shapes.source), "target_tokens": shapes.target_tokens,
-                   "text_tokens": len(shapes.text)},
+                   "text_tokens": len(shapes.text), "embed_tokens": len(shapes.embed_text)},
         "rows": summary,
         "rounds": rounds,
     }
