@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import classify, completions, generate, health, hf, models, tokenizer, translate
+from service.api import classify, completions, embeddings, generate, health, hf, models, tei, tokenizer, translate
 from service.api.auth import ApiKeyMiddleware
 from service.api.budget import BudgetMiddleware
 from service.api.docs import install_docs
@@ -34,16 +34,18 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = """One server for three transformers: an encoder-decoder translator (greedy, beam search with
 n-best), a decoder-only generator (continuous batching, streaming, OpenAI-compatible completions) and an
-encoder classifier (dynamic batching, sentence pairs). Every endpoint can return attention maps.
+encoder classifier (dynamic batching, sentence pairs); sentence embedders and rerankers (cross-encoders) run on
+the same engine. Every generation, translation and classification endpoint can return attention maps.
 
 Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
 404 model not served here, 408 body not received in time, 413 body too large, 422 invalid input, 429 queue
 full (with `Retry-After`), 503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`,
-`/v1/models`) answer OpenAI's `{"error": {"message", "type", "param", "code"}}` instead.
+`/v1/embeddings`, `/v1/models`) answer OpenAI's `{"error": {"message", "type", "param", "code"}}` instead, and
+TEI's (`/embed`, `/rerank`) TEI's `{"error", "error_type"}`.
 
-Clients: OpenAI SDKs (`/v1`), Hugging Face TGI and Inference API clients (`/generate`,
-`/generate_stream`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes (`/tokenize`,
-`/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
+Clients: OpenAI SDKs (`/v1`), Hugging Face TGI, TEI and Inference API clients (`/generate`,
+`/generate_stream`, `/embed`, `/rerank`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes
+(`/tokenize`, `/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
 # configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
@@ -113,8 +115,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(ApiKeyMiddleware, key=settings.api_key, public_docs=settings.public_docs)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, inflight=app.state.inflight)
     app.add_middleware(InternalErrorMiddleware)
-    # Client compatibility (outside the above): OpenAI error bodies, request ids and timing headers, CORS.
+    # Client compatibility (outside the above): OpenAI and TEI error bodies, request ids and timing headers, CORS.
     app.add_middleware(OpenAIErrorMiddleware)
+    app.add_middleware(tei.TeiErrorMiddleware)
     app.add_middleware(RequestContextMiddleware)
     if settings.cors_origins:  # outermost: a preflight is answered before the API key is asked for
         app.add_middleware(
@@ -126,7 +129,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         )
     app.add_middleware(SecurityHeadersMiddleware)  # outermost of all: every response carries them
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
-    for module in (translate, generate, completions, classify, hf, models, tokenizer):
+    for module in (translate, generate, completions, classify, embeddings, tei, hf, models, tokenizer):
         app.include_router(module.router, responses=ERRORS)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(metrics_router)

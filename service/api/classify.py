@@ -19,6 +19,7 @@ def _result(c: Classification) -> ClassificationResult:
         label=c.label,
         score=c.score,
         scores=c.scores,
+        logits=c.logits,
         top_k=[LabelScore(label=label, score=score) for label, score in c.top_k] if c.top_k else None,
         input_tokens=c.input_tokens,
         attention=c.attention,
@@ -33,7 +34,16 @@ async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -
     else:
         inputs = [item if isinstance(item, str) else (item[0], item[1]) for item in body.text]
         fields = [f"text[{i}]" for i in range(len(inputs))]
-    handle = await engine.submit(ClassificationJob(inputs, fields, body.top_k, body.return_attention, body.model))
+    job = ClassificationJob(
+        inputs,
+        fields,
+        body.top_k,
+        body.return_attention,
+        truncate=body.truncate,
+        truncation_direction=body.truncation_direction,
+        model=body.model,
+    )
+    handle = await engine.submit(job)
     results = await unless_disconnected(request, handle.results())
     response = ClassifyResponse(model=handle.model, results=[_result(r) for r in results])
     return await large_json(response) if body.return_attention else response

@@ -3,9 +3,12 @@
 - TGI: `POST /generate`, `POST /generate_stream` (its SSE token/details events), `GET /info`;
 - `POST /` and `POST /models/{name}` dispatch by the model's task, taking the Inference API's
   `{"inputs": ..., "parameters": ...}`: text-generation (TGI's shape; a list back, or a stream),
-  text-classification (`[[{label, score}, ...]]`) and translation (`[{translation_text}]`).
+  text-classification (`[[{label, score}, ...]]`), translation (`[{translation_text}]`), and for an
+  embedding model feature-extraction and sentence-similarity (service/api/hf_embeddings.py). A request
+  shaped for a task the model does not serve is a 422 naming the model's tasks (service/api/hf_tasks.py);
+  `POST /models/{name}/pipeline/{task}` names the task in the URL, as the Inference API does.
   `POST /` is the default model (the generator where it is loaded); `GET /models/{name}/info` and
-  `/models/{name}/health` answer for one model.
+  `/models/{name}/health` answer for one model; `/info` adds TEI's fields (service/api/tei.py).
 
 Unknown fields in `parameters` are ignored, as TGI and the Inference API do; a known one that this
 server cannot honour (grammar, watermark, best_of > 1, typical_p, adapters) is a 422.
@@ -17,19 +20,38 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
-from service.api.json_numbers import integral_floats_as_ints
-from service.api.schemas import MAX_SEED, MAX_TOP_K, NonEmptyText, Text, TranslateRequest
+from service.api.schemas import (
+    MAX_SEED,
+    MAX_TOP_K,
+    TRUNCATE_DOC,
+    AnyCaseTruncationSide,
+    Lenient,
+    NonEmptyText,
+    Text,
+    TranslateRequest,
+    truncation_side,
+    validated,
+)
+from service.api.hf_embeddings import (
+    EmbeddingModelRequest,
+    FeatureExtractionRequest,
+    SentenceSimilarityRequest,
+    feature_extraction,
+    sentence_similarity,
+)
+from service.api.hf_tasks import check_task, served_tasks, wrong_task
 from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
+from service.api.tei import tei_info
 from service.api.translate import translation_params
 from service.contract.kinds import TASKS
 from service.engine.classification import ClassificationJob, ClassificationService
+from service.engine.embedding import EmbeddingService
 from service.engine.engine import Engine
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
@@ -43,18 +65,7 @@ FINISH = {"eos": "eos_token", "stop": "stop_sequence", "length": "length"}
 MAX_STOP = 4
 
 
-class _Lenient(BaseModel):
-    """TGI and the Inference API ignore fields they do not know; types are still checked strictly."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_floats(cls, data: Any) -> Any:
-        return integral_floats_as_ints(data)  # 1.0 is an integer in JSON Schema, and so here
-
-
-class TgiParameters(_Lenient):
+class TgiParameters(Lenient):
     max_new_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, gt=0.0, le=10.0)
     top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="beyond the vocabulary: all")
@@ -85,7 +96,7 @@ class TgiParameters(_Lenient):
         return value
 
 
-class TgiRequest(_Lenient):
+class TgiRequest(Lenient):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -99,17 +110,19 @@ class TgiRequest(_Lenient):
     stream: bool = False
 
 
-class TextPair(_Lenient):
+class TextPair(Lenient):
     text: Text
     text_pair: Text
 
 
-class ClassificationParameters(_Lenient):
+class ClassificationParameters(Lenient):
     top_k: int | None = Field(None, ge=1, le=MAX_TOP_K)
     function_to_apply: Literal["softmax"] | None = Field(None, description="the classifier's scores are a softmax")
+    truncate: bool = Field(False, description=TRUNCATE_DOC)
+    truncation_direction: AnyCaseTruncationSide = "right"
 
 
-class ClassificationRequest(_Lenient):
+class ClassificationRequest(Lenient):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"inputs": "A wonderful, moving film.", "parameters": {"top_k": 2}}]}
     )
@@ -121,7 +134,7 @@ class ClassificationRequest(_Lenient):
 _TRANSLATE = TranslateRequest.model_fields
 
 
-class TranslationGenerateParameters(_Lenient):
+class TranslationGenerateParameters(Lenient):
     """Passed on to /v1/translate's request (its defaults apply); its bounds, stated here too, so that the
     OpenAPI document has them."""
 
@@ -131,13 +144,13 @@ class TranslationGenerateParameters(_Lenient):
     no_repeat_ngram_size: Annotated[int | None, *_TRANSLATE["no_repeat_ngram_size"].metadata] = None
 
 
-class TranslationParameters(_Lenient):
+class TranslationParameters(Lenient):
     src_lang: Literal["en", "eng_Latn", "en_XX", "English"] | None = None
     tgt_lang: Literal["fr", "fra_Latn", "fr_XX", "French"] | None = None
     generate_parameters: TranslationGenerateParameters = Field(default_factory=TranslationGenerateParameters)
 
 
-class TranslationRequest(_Lenient):
+class TranslationRequest(Lenient):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [{"inputs": "The Lord is my shepherd.", "parameters": {"generate_parameters": {"num_beams": 4}}}]
@@ -154,22 +167,6 @@ TGI_FIELDS = {name: f"parameters.{name}" for name in TgiParameters.model_fields}
 TRANSLATION_FIELDS = {"text": "inputs"} | {
     name: f"parameters.generate_parameters.{name}" for name in TranslationGenerateParameters.model_fields
 }
-
-
-def _validated(model: type[BaseModel], payload: Any, names: dict[str, str] | None = None) -> Any:
-    """Validate a body that was read as plain JSON (dispatch routes) with the project's 422 shape; `names`
-    renames the fields of a body built from the client's (see TRANSLATION_FIELDS)."""
-    try:
-        return TypeAdapter(model).validate_python(payload)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *_loc_as_sent(e["loc"], names or {}))} for e in exc.errors()]
-        raise RequestValidationError(errors) from None
-
-
-def _loc_as_sent(loc: tuple[int | str, ...], names: dict[str, str]) -> tuple[int | str, ...]:
-    if loc and isinstance(loc[0], str) and loc[0] in names:
-        return (*names[loc[0]].split("."), *loc[1:])
-    return loc
 
 
 # --- text generation (TGI) ----------------------------------------------------------------------
@@ -306,14 +303,17 @@ async def tgi_generate_stream(body: TgiRequest, engine: EngineDep, request: Requ
 # --- classification and translation (Inference API shapes) ----------------------------------------
 
 
-async def _classify(classifier: ClassificationService, body: ClassificationRequest, request: Request) -> Any:
+async def _classify(engine: Engine, model: str, body: ClassificationRequest, request: Request) -> Any:
     items = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     inputs = [x if isinstance(x, str) else (x.text, x.text_pair) for x in items]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(items))]
-    handle = await classifier.submit(ClassificationJob(inputs, fields))
+    p = body.parameters
+    job = ClassificationJob(
+        inputs, fields, truncate=p.truncate, truncation_direction=truncation_side(p.truncation_direction), model=model
+    )
+    handle = await engine.submit(job)
     results = await unless_disconnected(request, handle.results())
-    k = body.parameters.top_k
-    ranked = [sorted(r.scores.items(), key=lambda kv: -kv[1])[:k] for r in results]
+    ranked = [sorted(r.scores.items(), key=lambda kv: -kv[1])[: p.top_k] for r in results]
     return [[{"label": label, "score": score} for label, score in labels] for labels in ranked]
 
 
@@ -321,7 +321,7 @@ async def _translate(translator: TranslationService, body: TranslationRequest, r
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
     chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
-    params = translation_params(_validated(TranslateRequest, {"text": texts, **chosen}, TRANSLATION_FIELDS))
+    params = translation_params(validated(TranslateRequest, {"text": texts, **chosen}, TRANSLATION_FIELDS))
     with fields_as_sent(TRANSLATION_FIELDS):
         handle = await translator.submit(TranslationJob(texts, fields, params))
     results = await unless_disconnected(request, handle.results())
@@ -333,33 +333,57 @@ DISPATCH_BODIES: dict[str, type[BaseModel]] = {
     "generation": TgiRequest,
     "classification": ClassificationRequest,
     "translation": TranslationRequest,
+    "embedding": EmbeddingModelRequest,
 }
 
 
-async def _dispatch(service: Service, payload: Any, request: Request) -> Any:
+async def _dispatch(engine: Engine, service: Service, payload: Any, request: Request, task: str | None = None) -> Any:
+    """`task`: the Inference API task the URL names (one the model serves); else the body's shape tells."""
+    check_task(service.name, served_tasks(service.artifact.task), payload)
     if isinstance(service, GenerationService):
-        return await _tgi(service, _validated(TgiRequest, payload), request, as_list=True)
+        return await _tgi(service, validated(TgiRequest, payload), request, as_list=True)
     if isinstance(service, ClassificationService):
-        return await _classify(service, _validated(ClassificationRequest, payload), request)
-    return await _translate(service, _validated(TranslationRequest, payload), request)
+        return await _classify(engine, service.name, validated(ClassificationRequest, payload), request)
+    if isinstance(service, EmbeddingService):
+        inputs = payload.get("inputs") if isinstance(payload, dict) else None
+        if task == "sentence-similarity" or (task is None and isinstance(inputs, dict)):
+            body = validated(SentenceSimilarityRequest, payload)
+            return await sentence_similarity(engine, service.name, body, request)
+        return await feature_extraction(engine, service.name, validated(FeatureExtractionRequest, payload), request)
+    return await _translate(service, validated(TranslationRequest, payload), request)
 
 
 _PAYLOAD = Body(
     description="`{inputs, parameters}`: TGI's generate request for a generator, the Inference API's "
-    "text-classification or translation request for the others"
+    "text-classification, translation, feature-extraction or sentence-similarity request for the others"
 )
 
 
 @router.post("/", summary="The default model (the generator where loaded), by its task", responses=TGI_STREAM_DOC)
 async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    return await _dispatch(service_named(engine, None), payload, request)
+    return await _dispatch(engine, service_named(engine, None), payload, request)
 
 
 @router.post(
     "/models/{name}", summary="One model, by its task (the Inference API's URL shape)", responses=TGI_STREAM_DOC
 )
 async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    return await _dispatch(service_named(engine, name, field="name"), payload, request)
+    return await _dispatch(engine, service_named(engine, name, field="name"), payload, request)
+
+
+@router.post(
+    "/models/{name}/pipeline/{task}",
+    summary="One model, for the Inference API task the URL names (422 naming the model's tasks for another)",
+    responses=TGI_STREAM_DOC,
+)
+async def by_model_task(
+    name: str, task: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]
+) -> Any:
+    service = service_named(engine, name, field="name")
+    served = served_tasks(service.artifact.task)
+    if task not in served:
+        raise wrong_task(name, served, task, "task")
+    return await _dispatch(engine, service, payload, request, task)
 
 
 # --- info and health ------------------------------------------------------------------------------
@@ -391,14 +415,16 @@ def _info(engine: Engine, service: Service) -> dict[str, Any]:
     }
 
 
-@router.get("/info", summary="TGI: what is served (the default model)")
+@router.get("/info", summary="TGI's /info for the default model, with TEI's fields for the default embedder")
 async def info(engine: EngineDep) -> dict[str, Any]:
-    return _info(engine, service_named(engine, None))
+    return _info(engine, service_named(engine, None)) | tei_info(engine)
 
 
-@router.get("/models/{name}/info", summary="TGI's /info for one model")
+@router.get("/models/{name}/info", summary="TGI's /info for one model (with TEI's fields for an encoder)")
 async def model_info(name: str, engine: EngineDep) -> dict[str, Any]:
-    return _info(engine, service_named(engine, name, field="name"))
+    service = service_named(engine, name, field="name")
+    encoder = service if isinstance(service, EmbeddingService | ClassificationService) else None
+    return _info(engine, service) | (tei_info(engine, encoder) if encoder else {})
 
 
 @router.get("/models/{name}/health", summary="200 once this model is ready (InferenceClient.health_check)")

@@ -24,7 +24,7 @@ from service.api.served import services
 from service.engine.engine import Engine
 
 REF = "#/components/schemas/{model}"
-DISPATCH_PATHS = ("/", "/models/{name}")
+DISPATCH_PATHS = ("/", "/models/{name}", "/models/{name}/pipeline/{task}")
 # The request bodies with a `model` field, and the task whose models it names (None: any model).
 MODEL_FIELDS: dict[str, str | None] = {
     "TranslateRequest": "translation",
@@ -35,7 +35,8 @@ MODEL_FIELDS: dict[str, str | None] = {
     "DetokenizeRequest": None,
 }
 # Path parameters that name a served model.
-MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id")}
+MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id"),
+                ("/models/{name}/pipeline/{task}", "name")}
 
 
 def _member(prop: dict[str, Any], kind: str) -> dict[str, Any]:

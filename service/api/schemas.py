@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from service.api.errors import FieldError
 from service.api.json_numbers import integral_floats_as_ints
@@ -44,6 +45,45 @@ class Request(BaseModel):
     @classmethod
     def _integral_floats(cls, data: Any) -> Any:
         return integral_floats_as_ints(data)  # 1.0 is an integer in JSON Schema, and so here
+
+
+class Lenient(BaseModel):
+    """The Hugging Face protocols' bodies (TGI, TEI, the Inference API): unknown fields are ignored, as those
+    servers do; types are still checked strictly."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        return integral_floats_as_ints(data)
+
+
+def validated(model: type[BaseModel], payload: Any, names: dict[str, str] | None = None) -> Any:
+    """Validate a body that was read as plain JSON (the dispatch routes) with the project's 422 shape; `names`
+    renames the fields of a body built from the client's ("text" -> "inputs")."""
+    try:
+        return TypeAdapter(model).validate_python(payload)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *_loc_as_sent(e["loc"], names or {}))} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def _loc_as_sent(loc: tuple[int | str, ...], names: dict[str, str]) -> tuple[int | str, ...]:
+    if loc and isinstance(loc[0], str) and loc[0] in names:
+        return (*names[loc[0]].split("."), *loc[1:])
+    return loc
+
+
+# Which end of an encoder input past the model's limit `truncate` cuts. TEI writes "Left"/"Right", the
+# Inference API spec and huggingface_hub "left"/"right": the Hugging Face routes take both.
+TruncationSide = Literal["right", "left"]
+AnyCaseTruncationSide = Literal["right", "left", "Right", "Left"]
+TRUNCATE_DOC = "cut an input past the model's limit (from `truncation_direction`) instead of a 422"
+
+
+def truncation_side(value: str) -> TruncationSide:
+    return "left" if value.lower() == "left" else "right"
 
 
 class Response(BaseModel):
@@ -325,6 +365,8 @@ class ClassifyRequest(Request):
     model: ModelName
     top_k: int | None = Field(None, ge=1, le=MAX_TOP_K, description="also list the k most likely labels")
     return_attention: bool = Field(False, description="self-attention per layer and head")
+    truncate: bool = Field(False, description=TRUNCATE_DOC)
+    truncation_direction: TruncationSide = Field("right", description="which end `truncate` cuts")
 
 
 class LabelScore(Response):
@@ -335,7 +377,8 @@ class LabelScore(Response):
 class ClassificationResult(Response):
     label: str
     score: float
-    scores: dict[str, float] = Field(description="every label's probability")
+    scores: dict[str, float] = Field(description="every label's probability (one label: its sigmoid)")
+    logits: list[float] = Field(description="the raw scores, in label order")
     top_k: list[LabelScore] | None = None
     input_tokens: int
     attention: dict[str, Any] | None = None

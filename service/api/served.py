@@ -4,17 +4,12 @@ as the protocols that name no model — TGI, vLLM's tokenizer routes — are abo
 from __future__ import annotations
 
 from service.api.errors import ApiError
+from service.engine.engine import Engine, Service
 from service.engine.errors import ModelNotLoaded
-from service.engine.classification import ClassificationService
-from service.engine.engine import Engine
-from service.engine.generation_service import GenerationService
-from service.engine.translation_service import TranslationService
-
-Service = TranslationService | GenerationService | ClassificationService
 
 
 def services(engine: Engine) -> dict[str, Service]:
-    loaded = (engine.generator, engine.translator, engine.classifier)  # the defaults first
+    loaded = (engine.generator, engine.translator, engine.classifier, engine.embedder)  # the defaults first
     return {s.name: s for s in loaded if s is not None} | engine.services
 
 

@@ -1,0 +1,92 @@
+"""POST /v1/embeddings: OpenAI's embeddings API over the embedding models, so the `openai` SDK and LangChain's
+`OpenAIEmbeddings` work as they are. Errors in OpenAI's shape (service/api/openai_errors.py)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import ConfigDict, Field
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.schemas import Request as StrictRequest, Response
+from service.engine.embedding import EmbedInput, Embedding, EmbeddingJob
+
+router = APIRouter(tags=["openai"])
+
+MAX_INPUTS = 2048  # OpenAI's limit on one request's inputs
+DEFAULT_MODEL = "default"  # also names the default embedding model, as an omitted `model` does
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+EmbeddingText = Annotated[str, Field(min_length=1)]
+
+
+class EmbeddingRequest(StrictRequest):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"input": ["A sentence to embed.", "And another one."], "model": "embedder"}]}
+    )
+
+    input: (
+        EmbeddingText
+        | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)]
+    ) = Field(description="a text, a list of texts, token ids, or a list of token-id lists")
+    model: str | None = Field(
+        None, description=f"an embedding model served here (GET /v1/models); omitted or {DEFAULT_MODEL!r}: the default"
+    )
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64: each vector's little-endian float32 bytes, as OpenAI's"
+    )
+    dimensions: int | None = Field(None, ge=1, description="keep the first n dimensions (models trained for it)")
+    user: str | None = Field(None, description="accepted and ignored")
+
+
+class EmbeddingData(Response):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(Response):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Response):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingUsage
+
+
+def _inputs(body: EmbeddingRequest) -> tuple[list[EmbedInput], list[str]]:
+    """The inputs and the request field of each: a lone text or id list is `input`, list items `input[i]`."""
+    given = body.input
+    if isinstance(given, str) or all(isinstance(x, int) for x in given):
+        return [given], ["input"]  # type: ignore[list-item]
+    items: list[EmbedInput] = list(given)  # type: ignore[arg-type]
+    return items, [f"input[{i}]" for i in range(len(items))]
+
+
+def _encoded(e: Embedding, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(np.asarray(e.vector, dtype="<f4").tobytes()).decode("ascii")
+    return e.vector
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingResponse, summary="OpenAI: embed texts or token ids")
+async def embeddings(body: EmbeddingRequest, engine: EngineDep, request: Request) -> Any:
+    inputs, fields = _inputs(body)
+    model = None if body.model in (None, DEFAULT_MODEL) else body.model
+    job = EmbeddingJob(inputs, fields, dimensions=body.dimensions, model=model)
+    handle = await engine.submit(job)  # unknown model: 404 model_not_found
+    results = await unless_disconnected(request, handle.results())
+    tokens = sum(e.input_tokens for e in results)
+    return EmbeddingResponse(
+        data=[EmbeddingData(index=i, embedding=_encoded(e, body.encoding_format)) for i, e in enumerate(results)],
+        model=handle.model,
+        usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens),
+    )

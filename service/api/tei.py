@@ -1,0 +1,154 @@
+"""Hugging Face Text Embeddings Inference (TEI): `POST /embed` and `POST /rerank` in TEI's request and
+response shapes, TEI's error body `{"error": message, "error_type": kind}` on those paths, and the fields
+TEI's `/info` adds to TGI's (service/api/hf.py serves /info)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.deps import EngineDep, unless_disconnected
+from service.api.error_rewrite import ErrorShapeMiddleware
+from service.api.errors import ApiError
+from service.api.schemas import AnyCaseTruncationSide, Lenient, Text, truncation_side
+from service.engine.classification import ClassificationJob, ClassificationService
+from service.engine.embedding import EmbedInput, EmbeddingJob, EmbeddingService
+from service.engine.engine import Engine
+
+router = APIRouter(tags=["text embeddings inference"])
+
+TEI_PATHS = ("/embed", "/rerank")
+MAX_CLIENT_BATCH_SIZE = 2048  # inputs (or texts) in one request; TEI's flag of the same name, raised
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+class EmbedRequest(Lenient):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["What is Deep Learning?", "Hello"]}]})
+
+    inputs: (
+        Text
+        | Annotated[list[Text], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
+    ) = Field(description="a text, a list of texts, token ids, or a list of token-id lists")
+    normalize: bool = True
+    truncate: bool = Field(False, description="cut an input past the model's limit instead of a 422")
+    truncation_direction: AnyCaseTruncationSide = "right"
+    prompt_name: None = Field(None, description="not supported: this server's models have no prompts (must be null)")
+    dimensions: int | None = Field(None, ge=1, description="keep the first n dimensions (models trained for it)")
+
+
+class RerankRequest(Lenient):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"query": "What is Deep Learning?", "texts": ["Deep Learning is...", "Hi"]}]}
+    )
+
+    query: Text
+    texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
+    truncate: bool = Field(False, description="cut a (query, text) pair past the model's limit instead of a 422")
+    truncation_direction: AnyCaseTruncationSide = "right"
+    raw_scores: bool = Field(False, description="the model's logit instead of its sigmoid")
+    return_text: bool = False
+
+
+class Rank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+def embed_inputs(inputs: str | list[Any]) -> tuple[list[EmbedInput], list[str]]:
+    """TEI's `inputs` as engine inputs, and the field of each: one text or id list is `inputs`."""
+    if isinstance(inputs, str) or all(isinstance(x, int) for x in inputs):
+        return [inputs], ["inputs"]
+    return list(inputs), [f"inputs[{i}]" for i in range(len(inputs))]
+
+
+@router.post("/embed", summary="TEI: embed texts (always a list of vectors)")
+async def embed(body: EmbedRequest, engine: EngineDep, request: Request) -> list[list[float]]:
+    inputs, fields = embed_inputs(body.inputs)
+    job = EmbeddingJob(
+        inputs,
+        fields,
+        normalize=body.normalize,
+        truncate=body.truncate,
+        truncation_direction=truncation_side(body.truncation_direction),
+        dimensions=body.dimensions,
+    )
+    handle = await engine.submit(job)
+    return [e.vector for e in await unless_disconnected(request, handle.results())]
+
+
+def reranker(engine: Engine) -> ClassificationService:
+    """The first served one-label classification model: a cross-encoder, whose logit is a relevance score."""
+    classifiers = [s for s in engine.services.values() if isinstance(s, ClassificationService)]
+    for service in classifiers:
+        if len(service.labels) == 1:
+            return service
+    served = ", ".join(f"{s.name!r} ({len(s.labels)} labels)" for s in classifiers) or "none"
+    raise ApiError(
+        404, "model_not_loaded", f"no reranker (a classification model with one label) is served; classifiers: {served}"
+    )
+
+
+@router.post("/rerank", response_model=list[Rank], response_model_exclude_none=True,
+             summary="TEI: rank texts by relevance to a query, best first (a cross-encoder)")  # fmt: skip
+async def rerank(body: RerankRequest, engine: EngineDep, request: Request) -> list[Rank]:
+    model = reranker(engine)
+    job = ClassificationJob(
+        [(body.query, text) for text in body.texts],
+        [f"texts[{i}]" for i in range(len(body.texts))],
+        truncate=body.truncate,
+        truncation_direction=truncation_side(body.truncation_direction),
+        model=model.name,
+    )
+    handle = await engine.submit(job)
+    results = await unless_disconnected(request, handle.results())
+    ranks = [
+        Rank(index=i, score=r.logits[0] if body.raw_scores else r.score, text=text if body.return_text else None)
+        for i, (r, text) in enumerate(zip(results, body.texts, strict=True))
+    ]
+    return sorted(ranks, key=lambda rank: -rank.score)  # stable: ties keep the texts' order
+
+
+def _model_type(service: EmbeddingService | ClassificationService) -> dict[str, Any]:
+    if isinstance(service, EmbeddingService):
+        return {"embedding": {"pooling": service.artifact.pooling}}
+    id2label = dict(enumerate(service.labels))
+    labels = {"id2label": {str(i): label for i, label in id2label.items()},
+              "label2id": {label: i for i, label in id2label.items()}}  # fmt: skip
+    return {"reranker" if len(service.labels) == 1 else "classifier": labels}
+
+
+def tei_info(engine: Engine, service: EmbeddingService | ClassificationService | None = None) -> dict[str, Any]:
+    """TEI's /info fields (those TGI's lacks) for `service`, else the default embedding model, else the default
+    classifier; empty when neither is served."""
+    service = service or engine.embedder or engine.classifier
+    if service is None:
+        return {}
+    settings = engine.settings
+    return {
+        "model_type": _model_type(service),
+        "embedding_model_id": service.name,
+        "max_input_length": service.max_tokens,
+        "max_batch_tokens": service.max_tokens * settings.max_batch_size,
+        "max_batch_requests": settings.max_batch_size,
+        "auto_truncate": False,
+        "tokenization_workers": 1,
+    }
+
+
+TEI_ERROR_TYPES = {429: "Overloaded", 503: "Unhealthy"}
+
+
+class TeiErrorMiddleware(ErrorShapeMiddleware):
+    """TEI's error body on /embed and /rerank; the message names the field at fault."""
+
+    paths: ClassVar[tuple[str, ...]] = TEI_PATHS
+
+    def shape(self, status: int, type: str, message: str, field: str | None) -> Any:
+        kind = TEI_ERROR_TYPES.get(status, "Backend" if status >= 500 else "Validation")
+        named = message if field in (None, "body") or message.startswith(f"{field}:") else f"{field}: {message}"
+        return {"error": named, "error_type": kind, "field": field}
