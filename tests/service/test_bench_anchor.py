@@ -1,4 +1,5 @@
-"""scripts/bench_anchor.py end to end on the tiny artifacts: our server, CTranslate2 and HF eager, every row.
+"""scripts/bench_anchor.py end to end on the tiny artifacts (the tiny embedder among them): our server,
+CTranslate2 and HF eager, every row.
 
 ctranslate2 comes with the dev extra (through the bench extra), so this runs in CI rather than being skipped.
 """
@@ -15,17 +16,20 @@ from typing import Any
 import numpy as np
 import pytest
 
+from scripts.anchor_engines import mean_pool
 from scripts.bench_anchor import ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def anchor(tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+def anchor(tiny_artifacts_with_encoders: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     """One run of the script on the tiny artifacts: (its JSON, its stdout, the folder of its built models)."""
     tmp = tmp_path_factory.mktemp("anchor")
     command = [
-        sys.executable, "-m", "scripts.bench_anchor", "--artifacts", str(tiny_artifacts), "--ours", "as-is",
+        sys.executable, "-m", "scripts.bench_anchor", "--artifacts", str(tiny_artifacts_with_encoders),
+        "--ours", "as-is",
         "--work", str(tmp / "work"), "--rounds", "2", "--scale", "0.01", "--threads", "1",
         "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--out", str(tmp / "anchor.json"),
     ]
@@ -54,6 +58,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     itl = rows["inter_token_latency_c16"]
     assert 0 <= itl["p50"] <= itl["p99"]
     assert len(result["rounds"]) == 2 and result["shapes"]["prompt_tokens"] == 6
+    assert result["shapes"]["embed_tokens"] > 2  # the sentence between [CLS] and [SEP]
     # Ratios are taken within each round, then the median: two rounds -> the mean of the two.
     per_round = [r["classifier_c32"]["ours_per_ct2"] for r in result["rounds"]]
     assert abs(rows["classifier_c32"]["ours_per_ct2"] - round(sum(per_round) / 2, 3)) < 1e-3
@@ -65,9 +70,10 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
 
 
 def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> None:
-    """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`."""
+    """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`;
+    an embedding of the served embedder's size per input."""
     from scripts.bench import Connection, free_port
-    from scripts.http_floor import FloorServer
+    from scripts.bench_anchor import EmbeddingsFloor
 
     async def ask() -> list[tuple[int, bytes, int]]:
         conn = Connection("127.0.0.1", floor.port)
@@ -75,16 +81,19 @@ def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> No
         answers = [(await conn.post("/v1/generate", prompt | {"stream": stream}))[:3] for stream in (True, False)]
         answers.append((await conn.post("/v1/translate", {"text": "Hi.", "max_new_tokens": 4}))[:3])
         answers.append((await conn.post("/v1/classify", {"text": "Hi."}))[:3])
+        answers.append((await conn.post("/v1/embeddings", {"model": "embedder", "input": ["Hi.", "Yo."]}))[:3])
         answers.append((await conn.post("/v1/nothing", {}))[:3])
         conn.close()
         return answers
 
-    with FloorServer(free_port()) as floor:
-        streamed, plain, translated, classified, unknown = asyncio.run(ask())
+    with EmbeddingsFloor(free_port(), 384) as floor:
+        streamed, plain, translated, classified, embedded, unknown = asyncio.run(ask())
     assert streamed[0] == 200 and streamed[2] == 7 and streamed[1].count(b"event: done") == 1
     assert json.loads(plain[1])["usage"]["completion_tokens"] == 7
     assert json.loads(translated[1])["translations"][0]["output_tokens"] == 4
     assert classified[0] == 200 and json.loads(classified[1])["results"][0]["label"]
+    data = json.loads(embedded[1])["data"]
+    assert embedded[0] == 200 and [d["index"] for d in data] == [0, 1] and len(data[0]["embedding"]) == 384
     assert unknown[0] == 404
 
 
@@ -113,6 +122,16 @@ def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any
     bert = transformers.BertModel.from_pretrained(work / "classifier" / "hf").eval()
     with torch.inference_mode():
         np.testing.assert_allclose(np.asarray(pooled), bert(torch.tensor(ids)).pooler_output.numpy(), atol=1e-4)
+
+    # The embedder rows: CTranslate2's last_hidden_state, mean-pooled and normalised in numpy, is the
+    # sentence-transformers vector of the same BertModel.
+    encoder = ctranslate2.Encoder(str(work / "embedder" / "ct2"))
+    hidden = encoder.forward_batch(ids.tolist(), token_type_ids=np.zeros_like(ids).tolist()).last_hidden_state
+    vectors = mean_pool(np.asarray(hidden), np.ones(ids.shape, np.float32))
+    bert = transformers.BertModel.from_pretrained(work / "embedder" / "hf").eval()
+    with torch.inference_mode():
+        expected = torch.nn.functional.normalize(bert(torch.tensor(ids)).last_hidden_state.mean(1), dim=-1)
+    np.testing.assert_allclose(vectors, expected.numpy(), atol=1e-4)
 
     src, tgt = vocab("translator"), ids[1, :5].tolist()
     scored = ctranslate2.Translator(str(work / "translator" / "ct2")).score_batch(
