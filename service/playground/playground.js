@@ -131,7 +131,42 @@ function drawHeadMaps(heatmap, maps, rows, cols) {
   });
 }
 
-// --- the three tasks -----------------------------------------------------------------------------
+// --- similarity matrix ---------------------------------------------------------------------------
+
+function cosine(a, b) {
+  let dot = 0, na = 0, nb = 0;
+  for (let i = 0; i < a.length; i++) { dot += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i]; }
+  return dot / Math.max(Math.sqrt(na) * Math.sqrt(nb), 1e-12);
+}
+
+// A table of texts x texts, each cell its cosine (two decimals) on a colour from 0 (and below) to 1, the
+// attention maps' viridis stops: sentence embeddings of unrelated texts sit near 0, paraphrases well above.
+// Colours are set through the CSSOM: the page's Content-Security-Policy allows no inline style attributes.
+function drawSimilarity(container, texts, vectors) {
+  const table = Object.assign(document.createElement("table"), { className: "similarity" });
+  const head = table.createTHead().insertRow();
+  head.append(document.createElement("th"));
+  const label = (text, i) => Object.assign(document.createElement("th"), { textContent: `${i + 1}. ${text}`, title: text });
+  texts.forEach((text, i) => head.append(Object.assign(label(text, i), { textContent: String(i + 1) })));
+  const body = table.createTBody();
+  vectors.forEach((a, r) => {
+    const row = body.insertRow();
+    row.append(label(texts[r], r));
+    vectors.forEach((b, c) => {
+      const value = cosine(a, b);
+      const cell = row.insertCell();
+      cell.textContent = value.toFixed(2);
+      cell.dataset.value = String(value);
+      const [red, green, blue] = colour(value);
+      cell.style.backgroundColor = `rgb(${red},${green},${blue})`;
+      cell.style.color = value > 0.6 ? "#1d2433" : "#fff";
+      cell.title = `${texts[r]}\n${texts[c]}\ncosine ${value.toFixed(4)}`;
+    });
+  });
+  container.replaceChildren(table);
+}
+
+// --- the tasks -----------------------------------------------------------------------------------
 
 const tasks = {
   async translate(form, output, heatmap) {
@@ -176,6 +211,16 @@ const tasks = {
         ? { rows: a.layers[l].map((_, i) => `head ${i + 1}`), cols: a.tokens, values: a.layers[l].map((m) => m[0]) }
         : { rows: [`head ${Number(h) + 1}`], cols: a.tokens, values: [a.layers[l][Number(h)][0]] },
     });
+  },
+
+  async embed(form, output, heatmap) {
+    const texts = form.texts.value.split("\n").map((t) => t.trim()).filter((t) => t);
+    if (!texts.length) throw new Error("type one text per line");
+    const data = await postJSON("/v1/embeddings", { input: texts });
+    const vectors = data.data.sort((x, y) => x.index - y.index).map((d) => d.embedding);
+    output.textContent = `${vectors.length} vectors of ${vectors[0].length} dimensions from ${data.model}, ` +
+      `${data.usage.prompt_tokens} tokens`;
+    drawSimilarity(heatmap, texts, vectors);
   },
 };
 

@@ -1,5 +1,6 @@
 """The playground page in a real headless browser (Debian's chromium driven by Playwright): type, submit,
-see streamed tokens arrive, and see heat maps with the dimensions of the attention the API returns.
+see streamed tokens arrive, see heat maps with the dimensions of the attention the API returns, and the
+embeddings tab's similarity matrix.
 
 Set PLAYGROUND_SCREENSHOT=path to also save the screenshot the README shows."""
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
@@ -126,6 +128,32 @@ def test_classify_and_screenshot(page: Page, server: Server, tmp_path: Path) -> 
     shot = Path(os.environ.get("PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+def test_embeddings_similarity_matrix(page: Page, server: Server) -> None:
+    """The texts typed one per line come back as a matrix of their cosines, as POST /v1/embeddings' vectors
+    give them: ones on the diagonal, symmetric, and the paraphrase pair above the unrelated one."""
+    page.click("button.tab[data-tab=embed]")
+    texts = ["A man is playing a guitar.", "Someone is playing an instrument.", "The stock market fell sharply."]
+    page.fill("#embed textarea", "\n".join(texts) + "\n\n")  # blank lines are not texts
+    page.click("#embed button[type=submit]")
+    cells = page.locator("#embed table.similarity tbody td")
+    cells.first.wait_for()
+    assert cells.count() == len(texts) ** 2
+    shown = [[float(cells.nth(r * len(texts) + c).get_attribute("data-value")) for c in range(len(texts))]
+             for r in range(len(texts))]
+    data = httpx.post(f"{server.url}/v1/embeddings", json={"input": texts}, timeout=60).json()["data"]
+    vectors = [np.asarray(d["embedding"]) for d in sorted(data, key=lambda d: d["index"])]
+    expected = [[float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) for b in vectors] for a in vectors]
+    np.testing.assert_allclose(shown, expected, atol=1e-6)
+    assert shown[0][1] > shown[0][2]  # the paraphrases are closer than the unrelated sentence
+    assert cells.first.inner_text() == "1.00"
+    colours = {cells.nth(i).evaluate("c => getComputedStyle(c).backgroundColor") for i in range(cells.count())}
+    assert len(colours) > 1  # coloured by value, under the page's Content-Security-Policy
+    row_labels = page.locator("#embed table.similarity tbody th").all_inner_texts()
+    assert row_labels == [f"{i + 1}. {t}" for i, t in enumerate(texts)]
+    summary = page.inner_text("#embed [data-role=output]")
+    assert summary.startswith(f"{len(texts)} vectors of {len(vectors[0])} dimensions")
 
 
 def test_api_docs_render_offline(page: Page, server: Server) -> None:
