@@ -162,7 +162,7 @@ class _Vocabulary:
 
 
 def _encode(folder: Path, text: str) -> list[int]:
-    """`text` as the model in `folder` tokenizes it; [] when --artifacts has no such model (its rows are not run)."""
+    """`text` as the model in `folder` tokenizes it; [] where that model is not among the rows' (not run)."""
     from tokenizers import Tokenizer
 
     path = folder / "tokenizer.json"
@@ -171,10 +171,11 @@ def _encode(folder: Path, text: str) -> list[int]:
 
 class Shapes:
     def __init__(self, args: argparse.Namespace, artifacts: Path) -> None:
-        gen = dims(artifacts / "generator")
         self.new_tokens, self.target_tokens = args.new_tokens, args.target_tokens
-        self.prompt = [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(10, gen["vocab_size"],
-                                                                                     args.prompt_tokens)]
+        self.prompt: list[int] = []  # a random prompt, where the generator is among the rows' models
+        if (artifacts / "generator" / "config.json").is_file():
+            vocab = dims(artifacts / "generator")["vocab_size"]
+            self.prompt = [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(10, vocab, args.prompt_tokens)]
         self.source = _encode(artifacts / "translator", SOURCE)
         self.text = _encode(artifacts / "classifier", TEXT)
         self.embed_text = _encode(artifacts / EMBEDDER, TEXT)  # the classifier's sentence, the embedder's tokens
