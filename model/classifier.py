@@ -32,7 +32,8 @@ class Classifier(nn.Module):
         self.layers = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_layers))
         self.ln_f = final_norm(c)
         # Pooler on [CLS], shared by NSP and fine-tuning as in BERT (or [CLS] as it is).
-        self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.Tanh()) if c.pooler else nn.Identity()
+        pooler_activation = nn.Tanh() if c.pooler_activation == "tanh" else nn.ReLU()  # ReLU: DistilBERT's head
+        self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), pooler_activation) if c.pooler else nn.Identity()
         self.nsp_head = nn.Linear(c.d_model, 2)
         self.cls_head = nn.Linear(c.d_model, len(c.labels))
         self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), layer_norm(c))
@@ -47,9 +48,10 @@ class Classifier(nn.Module):
         ``token_type_ids`` None: segment 0 everywhere (the graphs of families without a token-type input)."""
         B, S = input_ids.shape
         positions = torch.arange(S, device=input_ids.device).expand(B, S)
-        x = self.tok_emb(input_ids) * self.emb_scale + self.pos(positions)
+        x = self.tok_emb(input_ids) * self.emb_scale
         if self.seg_emb is not None:
             x = x + (self.seg_emb(token_type_ids) if token_type_ids is not None else self.seg_emb.weight[0])
+        x = x + self.pos(positions)
         x = self.dropout(self.ln_emb(x))
         bias = padding_bias(attention_mask, x.dtype)
         weights = []

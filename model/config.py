@@ -74,11 +74,14 @@ class ClassifierConfig(TransformerConfig):
     n_layers: int = 4
     activation: str = "gelu"
     learned_positions: bool = True  # BERT learns its position embeddings
+    # Segment-embedding rows: 2 (BERT: a token_type_ids input), 1 (RoBERTa: the row is added to every token,
+    # no input), 0 (DistilBERT: none).
     type_vocab_size: int = 2
     labels: list[str] = field(default_factory=lambda: ["negative", "positive"])
     scale_embeddings: bool = False
     embedding_layer_norm: bool = True
     pooler: bool = True  # BERT's pooler (dense + tanh on [CLS]) before the head; off: the head reads [CLS] itself
+    pooler_activation: str = "tanh"  # "tanh" (BERT, RoBERTa's classifier.dense) or "relu" (DistilBERT's pre_classifier)
     # What the classification head reads: "cls" (the pooler on [CLS], as in BERT; NSP always reads it) or
     # "mean" (the mean of the final states over the real tokens, the pooler unused).
     pooling: str = "cls"
@@ -88,6 +91,8 @@ class ClassifierConfig(TransformerConfig):
         super().__post_init__()
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"ClassifierConfig.pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.pooler_activation not in ("tanh", "relu"):
+            raise ValueError(f"ClassifierConfig.pooler_activation must be 'tanh' or 'relu', got {self.pooler_activation!r}")
 
 
 CONFIG_CLASSES: dict[str, type[TransformerConfig]] = {

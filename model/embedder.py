@@ -66,6 +66,11 @@ class Embedder(nn.Module):
         hidden, weights = self.encoder.encode(input_ids, token_type_ids, attention_mask)
         return pool(hidden, attention_mask, self.options.pooling), weights
 
+    def graph_parameters(self) -> int:
+        """Parameters the embedding graph computes with: the encoder without the pooler and the heads."""
+        unused = ("pooler.", "cls_head.", "nsp_head.", "mlm_")
+        return sum(p.numel() for n, p in self.encoder.named_parameters() if not n.startswith(unused))
+
     def artifact_fields(self) -> dict[str, Any]:
         """config.json's embedding keys."""
         o = self.options

@@ -32,6 +32,7 @@ from service.runtime.golden import (
     summarize,
 )
 from service.runtime.golden import golden_inputs as _golden_inputs
+from service.runtime.weights_package import WEIGHTS_PACKAGE, parse_weights_package
 
 __all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "record_golden", "run_graph", "summarize"]
 
@@ -47,9 +48,19 @@ def run_graph(folder: Path, role: str, file_key: str = "file") -> tuple[list[str
     graph = config["graphs"][role]
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    weights = package_weights(config, folder)
+    if weights:  # a weights-package artifact: its graph outputs are those with the package's weights filled in
+        options.add_external_initializers(list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()])
     session = ort.InferenceSession(str(folder / graph[file_key]), options, providers=["CPUExecutionProvider"])
     names = [o["name"] for o in graph["outputs"]]
     return names, session.run(names, golden_inputs(config, graph))
+
+
+def package_weights(config: dict[str, Any], folder: Path) -> dict[str, np.ndarray]:
+    """The initializers config.json's ``weights_package`` fills from an installed package (none without one)."""
+    if WEIGHTS_PACKAGE not in config:
+        return {}
+    return parse_weights_package(config[WEIGHTS_PACKAGE], str(folder / "config.json")).load()
 
 
 def records(folder: Path) -> dict[str, Any]:

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from model.card import count_parameters, use_sections
+from model.embedder import Embedder
 from model.export import export_model
 from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
 from model.hf_tokenizer import load_tokenizer, special_tokens
+from model.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 
-SOURCE_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt",
+SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt",
                 "vocab.json", "merges.txt", "source.spm", "target.spm", "README.md")
 
 
@@ -39,7 +41,7 @@ def torch_parity(result: Imported, folder: Path, tokenizer: Any, specials: dict[
         from model import hf_parity
     except ImportError as exc:  # transformers missing: the import still works, the card says so
         return {"checked": False, "why": f"transformers is not installed ({exc})"}
-    headless = result.family == "bert" and any("no classification head" in n for n in result.notes)
+    headless = result.kind == "embedder" or result.random_head
     reference = hf_parity.load_hf_model(folder, result.family, has_head=not headless)
     inputs = hf_parity.reference_inputs(result.family, tokenizer, specials, hf_parity.SAMPLE_TEXTS)
     keep = hf_parity.real_positions(result.family, inputs)
@@ -60,17 +62,26 @@ def torch_parity(result: Imported, folder: Path, tokenizer: Any, specials: dict[
 def onnx_parity(parity: dict[str, Any], family: str, artifact: Path) -> dict[str, Any]:
     """The exported graph vs transformers: against the original fp32 weights, and against the same
     weights rounded as the graph stores them (fp16), which isolates the export itself."""
-    if not parity.get("checked") or parity.get("headless"):
-        return {k: v for k, v in parity.items() if k not in ("reference", "inputs", "keep", "headless")}
+    summary = {k: v for k, v in parity.items() if k not in ("reference", "inputs", "keep", "headless")}
+    pooling = json.loads((artifact / "config.json").read_text()).get("pooling")
+    if not parity.get("checked") or (parity.get("headless") and pooling is None):  # a random head: nothing to compare
+        return summary
     from model import hf_parity
 
     inputs, keep, reference = parity["inputs"], parity["keep"], parity["reference"]
+
+    def expected(model: Any) -> Any:
+        if pooling is not None:  # an embedder: the reference's hidden states pooled the same way
+            return hf_parity.hf_embeddings(model, inputs, pooling)
+        return hf_parity.hf_logits(model, family, inputs)
+
     graph = hf_parity.onnx_logits(artifact, family, inputs)
-    summary = {k: v for k, v in parity.items() if k not in ("reference", "inputs", "keep", "headless")}
-    summary["onnx_vs_fp32_max_abs_diff"] = hf_parity.max_abs_diff(graph, hf_parity.hf_logits(reference, family, inputs), keep)
-    rounded = hf_parity.fp16_rounded(reference)
-    summary["onnx_vs_fp16_rounded_max_abs_diff"] = hf_parity.max_abs_diff(
-        graph, hf_parity.hf_logits(rounded, family, inputs), keep)
+    if pooling is not None:
+        summary["compared"] = f"{pooling}-pooled embeddings (graph) and last hidden state (PyTorch)"
+    summary["onnx_vs_fp32_max_abs_diff"] = hf_parity.max_abs_diff(graph, expected(reference), keep)
+    if json.loads((artifact / "config.json").read_text())["export"]["weights_storage"] == "float16":
+        summary["onnx_vs_fp16_rounded_max_abs_diff"] = hf_parity.max_abs_diff(
+            graph, expected(hf_parity.fp16_rounded(reference)), keep)
     return summary
 
 
@@ -96,7 +107,8 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
         "model": name,
         "summary": f"{hf.get('model_type')} checkpoint ({', '.join(hf.get('architectures') or [])}) imported "
                    f"into our {result.kind} class and exported with our exporter.",
-        "parameters": count_parameters(result.model),
+        "parameters": result.model.graph_parameters() if isinstance(result.model, Embedder)
+        else count_parameters(result.model),
         "config": result.model.config.to_dict(),  # type: ignore[union-attr, operator]
         "source": {"origin": str(origin), "folder": str(folder), "model_type": hf.get("model_type"),
                    "architectures": hf.get("architectures"), "license": license_, "command": command,
@@ -108,23 +120,36 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
 
 
 def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | None = None,
-                       license_: str | None = None, int8: bool = True, command: str = "") -> dict[str, Any]:
-    """Import ``folder``, export it to ``out`` (served as ``name``) and write its card; returns the card."""
-    hf = read_hf_config(folder)
+                       license_: str | None = None, int8: bool = True, command: str = "",
+                       fp16_storage: bool = True) -> dict[str, Any]:
+    """Import ``folder``, export it to ``out`` (served as ``name``) and write its card; returns the card.
+
+    A sentence-transformers folder (modules.json) imports as an embedder pooled as its Pooling module says;
+    ``labels`` asks for a random classification head on an encoder that has no trained one."""
+    embedding = None
+    if is_sentence_transformer(folder):
+        st = read_sentence_transformer(folder)
+        embedding, checkpoint = st.options, st.transformer_dir
+    else:
+        checkpoint = folder
+    hf = read_hf_config(checkpoint)
     family = detect_family(hf)
-    tokenizer = load_tokenizer(folder, family)
-    specials = special_tokens(folder, family, hf, tokenizer)
-    result = import_checkpoint(folder, specials, labels)
-    parity = torch_parity(result, folder, tokenizer, specials)
-    export_imported(result, tokenizer, out, name, int8)
+    tokenizer = load_tokenizer(checkpoint, family)
+    specials = special_tokens(checkpoint, family, hf, tokenizer)
+    result = import_checkpoint(checkpoint, specials, labels, embedding)
+    if embedding is not None:
+        result.notes.append(f"sentence-transformers modules {', '.join(st.modules)}: {embedding.pooling} pooling, "
+                            f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")
+    parity = torch_parity(result, checkpoint, tokenizer, specials)
+    export_imported(result, tokenizer, out, name, int8, fp16_storage)
     card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
                        onnx_parity(parity, family, out))
     write_card(out, card)
     return card
 
 
-def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool) -> None:
+def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool, fp16_storage: bool = True) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tokenizer.save(str(path))
-        export_model(result.kind, result.model, path, out, int8=int8, name=name)
+        export_model(result.kind, result.model, path, out, int8=int8, name=name, fp16_storage=fp16_storage)

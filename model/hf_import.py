@@ -1,4 +1,4 @@
-"""Hugging Face-format checkpoints -> our model classes (BERT-family encoders, GPT-2, Marian, BART).
+"""Hugging Face-format checkpoints -> our model classes (the encoder families of model/families/, GPT-2, Marian, BART).
 
 A checkpoint folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``,
 read with ``weights_only=True``) and tokenizer files. Each family maps the HF config onto our config's
@@ -9,8 +9,8 @@ them. torch and safetensors only: ``transformers`` is needed just for slow token
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,31 +20,38 @@ import torch
 from torch import Tensor, nn
 
 from model.classifier import Classifier
-from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.config import GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.embedder import Embedder, EmbeddingOptions
+from model.families import ENCODER_FAMILIES
+from model.families.base import (
+    CheckpointError,
+    EncoderFamily,
+    Tensors,
+    activation,
+    linear,
+    norm,
+    require,
+    strip_prefix,
+)
 from model.generator import Generator
 from model.translator import Translator
 from service.contract.kinds import FAMILIES
 
+__all__ = ["CheckpointError", "Imported", "detect_family", "import_checkpoint", "read_hf_config", "read_weights"]
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-               "swish": "silu", "silu": "silu"}
-# Buffers some checkpoints carry that are not weights (position ids, GPT-2's causal mask).
-NON_WEIGHTS = re.compile(r"(^|\.)(position_ids|token_type_ids|attn\.bias|attn\.masked_bias)$")
-
-
-class CheckpointError(ValueError):
-    """The folder cannot be imported; the message says what was found and what is missing."""
 
 
 @dataclass
 class Imported:
     """An imported model and what the card should say about it."""
 
-    kind: str  # "translator" | "generator" | "classifier"
-    family: str  # "bert" | "gpt2" | "marian" | "bart"
+    kind: str  # "translator" | "generator" | "classifier" | "embedder"
+    family: str  # an HF model_type: an encoder family of model/families, "gpt2", "marian" or "bart"
     model: nn.Module
     hf_config: dict[str, Any]
     notes: list[str] = field(default_factory=list)  # e.g. a head initialized fresh
+    random_head: bool = False  # a classifier whose head was created at random (asked for by name)
 
 
 # --- reading the folder ---------------------------------------------------------------------------------
@@ -73,105 +80,6 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
             f"(found: {sorted(p.name for p in folder.iterdir())})"
         )
     return {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
-
-
-class Tensors:
-    """The checkpoint's tensors; every read is recorded so that unread ones can be reported."""
-
-    def __init__(self, tensors: dict[str, Tensor]) -> None:
-        self.tensors, self.read = tensors, set[str]()
-
-    def has(self, name: str) -> bool:
-        return name in self.tensors
-
-    def take(self, name: str) -> Tensor:
-        if name not in self.tensors:
-            raise CheckpointError(f"the checkpoint lacks tensor {name!r}")
-        self.read.add(name)
-        return self.tensors[name]
-
-    def take_alias(self, name: str, same_as: Tensor) -> None:
-        """A tied copy (e.g. an LM head saved beside its embedding): read it if present, and it must match."""
-        if name in self.tensors:
-            if not torch.equal(self.take(name), same_as):
-                raise CheckpointError(f"{name!r} should be tied to the embedding but differs from it")
-
-    def unread(self) -> list[str]:
-        return sorted(k for k in self.tensors if k not in self.read and not NON_WEIGHTS.search(k))
-
-
-def linear(out: dict[str, Tensor], ours: str, src: Tensors, theirs: str, transpose: bool = False) -> None:
-    """nn.Linear weight + bias; ``transpose`` for GPT-2's Conv1D ([in, out] weights)."""
-    weight = src.take(f"{theirs}.weight")
-    out[f"{ours}.weight"] = weight.T.contiguous() if transpose else weight
-    if src.has(f"{theirs}.bias"):
-        out[f"{ours}.bias"] = src.take(f"{theirs}.bias")
-
-
-def norm(out: dict[str, Tensor], ours: str, src: Tensors, theirs: str) -> None:
-    out[f"{ours}.weight"], out[f"{ours}.bias"] = src.take(f"{theirs}.weight"), src.take(f"{theirs}.bias")
-
-
-def require(hf: dict[str, Any], key: str, expected: Any, family: str) -> None:
-    """An HF option our layers do not cover must be at the value we do cover."""
-    if key in hf and hf[key] != expected:
-        raise CheckpointError(f"{family}: {key}={hf[key]!r} is not supported (only {expected!r})")
-
-
-def activation(hf: dict[str, Any], key: str, family: str) -> str:
-    name = hf.get(key, "gelu")
-    if name not in ACTIVATIONS:
-        raise CheckpointError(f"{family}: activation {name!r} is not supported (supported: {sorted(ACTIVATIONS)})")
-    return ACTIVATIONS[name]
-
-
-def strip_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
-    """Task models nest the base model (``bert.``, ``transformer.``, ``model.``); base models do not."""
-    return {k.removeprefix(prefix): v for k, v in tensors.items()}
-
-
-# --- BERT-architecture encoders (BERT, MiniLM) -> Classifier ------------------------------------------------
-
-
-def bert_config(hf: dict[str, Any], specials: dict[str, int], labels: list[str]) -> ClassifierConfig:
-    require(hf, "position_embedding_type", "absolute", "bert")
-    require(hf, "is_decoder", False, "bert")
-    return ClassifierConfig(
-        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"], n_layers=hf["num_hidden_layers"], dropout=hf.get("hidden_dropout_prob", 0.1),
-        max_positions=hf["max_position_embeddings"], activation=activation(hf, "hidden_act", "bert"),
-        learned_positions=True, type_vocab_size=hf.get("type_vocab_size", 2), labels=labels,
-        special_tokens=specials, norm_position="post", scale_embeddings=False, embedding_layer_norm=True,
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), pooler=True,
-    )
-
-
-def bert_weights(src: Tensors, n_layers: int, notes: list[str], fresh: list[str]) -> dict[str, Tensor]:
-    out: dict[str, Tensor] = {}
-    out["tok_emb.weight"] = src.take("embeddings.word_embeddings.weight")
-    out["seg_emb.weight"] = src.take("embeddings.token_type_embeddings.weight")
-    out["pos.table.weight"] = src.take("embeddings.position_embeddings.weight")
-    norm(out, "ln_emb", src, "embeddings.LayerNorm")
-    for i in range(n_layers):
-        ours, theirs = f"layers.{i}", f"encoder.layer.{i}"
-        for proj, name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
-            linear(out, f"{ours}.self_attn.{proj}", src, f"{theirs}.attention.self.{name}")
-        linear(out, f"{ours}.self_attn.out_proj", src, f"{theirs}.attention.output.dense")
-        norm(out, f"{ours}.ln_self", src, f"{theirs}.attention.output.LayerNorm")
-        linear(out, f"{ours}.ff.fc1", src, f"{theirs}.intermediate.dense")
-        linear(out, f"{ours}.ff.fc2", src, f"{theirs}.output.dense")
-        norm(out, f"{ours}.ln_ff", src, f"{theirs}.output.LayerNorm")
-    if src.has("pooler.dense.weight"):
-        linear(out, "pooler.0", src, "pooler.dense")
-    else:
-        notes.append("the checkpoint has no pooler: pooler initialized at random")
-        fresh.append("pooler.")
-    if src.has("classifier.weight"):
-        linear(out, "cls_head", src, "classifier")
-    else:
-        notes.append("the checkpoint has no classification head: head initialized at random (fine-tune it)")
-        fresh.append("cls_head.")
-    return out
 
 
 # --- GPT-2 -> Generator ------------------------------------------------------------------------------------
@@ -287,11 +195,12 @@ PRETRAINING_ONLY = {"classifier": ("mlm_transform.", "mlm_bias", "nsp_head.")}
 
 def detect_family(hf: dict[str, Any]) -> str:
     model_type = hf.get("model_type")
-    if model_type not in FAMILIES:
+    supported = [*ENCODER_FAMILIES, *(f for f in FAMILIES if f not in ENCODER_FAMILIES)]
+    if model_type not in supported:
         architectures = hf.get("architectures")
         raise CheckpointError(
             f"unsupported architecture: model_type={model_type!r}, architectures={architectures!r}; "
-            f"supported model types: {', '.join(FAMILIES)}"
+            f"supported model types: {', '.join(supported)}"
         )
     return str(model_type)
 
@@ -312,23 +221,18 @@ def load_checked(model: nn.Module, weights: dict[str, Tensor], kind: str, fresh:
     model.load_state_dict(weights, strict=False)
 
 
-def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] | None = None) -> Imported:
+def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] | None = None,
+                      embedding: EmbeddingOptions | None = None) -> Imported:
     """Build our model from the checkpoint in ``folder``; ``specials`` come from its tokenizer
-    (model/hf_tokenizer.py), ``labels`` name a fresh classification head's classes."""
+    (model/hf_tokenizer.py). An encoder with a trained sequence-classification head imports as a
+    classifier; without one, as an embedder (``embedding``: how to pool, from a sentence-transformers
+    folder; default mean pooling), unless ``labels`` names the classes of a random head to fine-tune."""
     hf = read_hf_config(folder)
     family = detect_family(hf)
-    kind = FAMILIES[family]
     raw = read_weights(folder)
-    notes: list[str] = []
-    fresh: list[str] = []
-
-    def bert() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
-        tensors = strip_prefix(raw, "bert.")
-        src = Tensors(tensors)
-        names = hf_labels(hf) if src.has("classifier.weight") else (labels or ["negative", "positive"])
-        c = bert_config(hf, specials, names)
-        model = Classifier(c)
-        return c, model, bert_weights(src, c.n_layers, notes, fresh), src
+    if family in ENCODER_FAMILIES:
+        return import_encoder(ENCODER_FAMILIES[family], hf, raw, specials, labels, embedding)
+    kind = FAMILIES[family]
 
     def gpt2() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
         head = raw.get("lm_head.weight")
@@ -352,12 +256,50 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
         return c, Translator(c), out, src
 
     builders: dict[str, Callable[[], tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]]] = {
-        "bert": bert, "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq}
+        "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq}
     config, model, weights, src = builders[family]()
     if unread := src.unread():
         raise CheckpointError(f"{family}: the checkpoint has tensors the mapping does not use: {unread}")
-    load_checked(model, weights, kind, tuple(fresh))
-    return Imported(kind, family, model.eval(), hf, notes)
+    load_checked(model, weights, kind)
+    return Imported(kind, family, model.eval(), hf, [])
+
+
+def import_encoder(family: EncoderFamily, hf: dict[str, Any], raw: dict[str, Tensor], specials: dict[str, int],
+                   labels: list[str] | None, embedding: EmbeddingOptions | None) -> Imported:
+    """A BERT-like encoder as a classifier (its trained head, or a random one named by ``labels``) or an embedder."""
+    src = Tensors(strip_prefix(raw, family.prefix))
+    trained_head = family.has_trained_head(src) and embedding is None
+    notes: list[str] = []
+    if trained_head:
+        names = hf_labels(hf)
+    elif labels:
+        names = labels
+        notes.append(f"WARNING: no trained classification head: a random head for {names} was created; "
+                     "its scores mean nothing until it is fine-tuned")
+    else:
+        names = ["unused"]
+    config = family.config(hf, specials, names)
+    weights = family.encoder_weights(src, config)
+    if trained_head:
+        weights |= family.head_weights(src)
+    else:
+        weights |= family.spare_weights(src)
+    if unread := src.unread():
+        raise CheckpointError(f"{family.name}: the checkpoint has tensors the mapping does not use: {unread}")
+    if trained_head or labels:
+        model: nn.Module = Classifier(config)
+        fresh = tuple(p for p in ("pooler.", "cls_head.") if not any(k.startswith(p) for k in weights))
+        load_checked(model, weights, "classifier", fresh)
+        return Imported("classifier", family.name, model.eval(), hf, notes, random_head=not trained_head)
+    if embedding is None:
+        embedding = EmbeddingOptions(pooling="mean", normalize=False)
+        notes.append("no trained sequence-classification head: imported as an embedding model with mean pooling, "
+                     "not normalised (pass labels for a random classification head to fine-tune)")
+    limit = min(embedding.max_positions or config.max_positions, config.max_positions)
+    embedder = Embedder(config, dataclasses.replace(embedding, max_positions=limit))
+    encoder_only = tuple(p for p in ("pooler.", "cls_head.") if not any(k.startswith(p) for k in weights))
+    load_checked(embedder.encoder, weights, "classifier", encoder_only)
+    return Imported("embedder", family.name, embedder.eval(), hf, notes)
 
 
 def hf_labels(hf: dict[str, Any]) -> list[str]:

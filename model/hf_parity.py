@@ -17,7 +17,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from model.embedder import Embedder, pool
 from model.export import round_weights_to_fp16
+from model.families import ENCODER_FAMILIES
 
 HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration"}
 SAMPLE_TEXTS = [
@@ -30,8 +32,8 @@ SAMPLE_TEXTS = [
 def load_hf_model(folder: Path, family: str, has_head: bool = True) -> nn.Module:
     import transformers
 
-    if family == "bert":
-        name = "BertForSequenceClassification" if has_head else "BertModel"
+    if family in ENCODER_FAMILIES:
+        name = ENCODER_FAMILIES[family].reference_classes[1 if has_head else 0]
     else:
         name = HF_CLASSES[family]
     model = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
@@ -79,9 +81,10 @@ def empty_cache(config: dict[str, Any], batch: int, prefix: str) -> dict[str, np
 def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int], texts: list[str]) -> dict[str, Tensor]:
     """One padded batch for the family: classifier/encoder inputs, a left-padded prompt batch, or
     source + a teacher-forced target prefix."""
-    if family == "bert":
+    if family in ENCODER_FAMILIES:
         ids, types, mask = padded(tokenizer, texts, specials["pad"])
-        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+        with_types = {"token_type_ids": types} if ENCODER_FAMILIES[family].token_type_input else {}
+        return {"input_ids": ids, **with_types, "attention_mask": mask}
     if family == "gpt2":
         ids, _, mask = padded(tokenizer, texts, specials["pad"], left=True)
         return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
@@ -94,17 +97,18 @@ def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int]
 
 @torch.no_grad()
 def hf_logits(model: nn.Module, family: str, inputs: dict[str, Tensor]) -> Tensor:
-    if family == "bert" and not hasattr(model, "classifier"):
+    if family in ENCODER_FAMILIES and not hasattr(model, "classifier"):
         return model(**inputs).last_hidden_state  # a headless encoder: compare its hidden states
     return model(**inputs).logits
 
 
 @torch.no_grad()
 def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headless: bool = False) -> Tensor:
-    """Our model's logits for ``reference_inputs``; ``headless``: a BERT encoder's hidden states."""
-    if family == "bert":
-        args = (inputs["input_ids"], inputs["token_type_ids"], inputs["attention_mask"])
-        return model.encode(*args)[0] if headless else model(*args)[0]
+    """Our model's logits for ``reference_inputs``; ``headless`` (or an embedder): the encoder's hidden states."""
+    if family in ENCODER_FAMILIES:
+        encoder = model.encoder if isinstance(model, Embedder) else model
+        args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
+        return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
     if family == "gpt2":
         return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
     target = inputs["decoder_input_ids"]
@@ -114,9 +118,12 @@ def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headle
 def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.ndarray:
     config = json.loads((artifact / "config.json").read_text())
     np_inputs = {k: v.numpy() for k, v in inputs.items()}
-    if family == "bert":
-        feeds = {k: np_inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-        return onnx_outputs(artifact, "encoder", feeds)["logits"]
+    if family in ENCODER_FAMILIES:
+        # The graph's own inputs: BERT's token types, zeros where the reference had none to take.
+        names = [i["name"] for i in config["graphs"]["encoder"]["inputs"]]
+        feeds = {k: np_inputs.get(k, np.zeros_like(np_inputs["input_ids"])) for k in names}
+        outputs = onnx_outputs(artifact, "encoder", feeds)
+        return outputs["logits"] if "logits" in outputs else outputs["embeddings"]
     if family == "gpt2":
         feeds = {k: np_inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
         feeds |= empty_cache(config, len(np_inputs["input_ids"]), "past_key_values")
@@ -134,9 +141,15 @@ def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.nd
     return onnx_outputs(artifact, "decoder", feeds)["logits"]
 
 
+@torch.no_grad()
+def hf_embeddings(model: nn.Module, inputs: dict[str, Tensor], pooling: str) -> Tensor:
+    """A headless reference's last hidden states pooled as sentence-transformers pools them."""
+    return pool(model(**inputs).last_hidden_state, inputs["attention_mask"], pooling)
+
+
 def real_positions(family: str, inputs: dict[str, Tensor]) -> Tensor | None:
     """Boolean [B, S] of the positions whose [B, S, ...] outputs count (padding is not compared)."""
-    if family in ("bert", "gpt2"):
+    if family in ENCODER_FAMILIES or family == "gpt2":
         return inputs["attention_mask"].bool()
     if family in ("marian", "bart"):
         return inputs["decoder_attention_mask"].bool()

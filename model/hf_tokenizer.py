@@ -8,13 +8,15 @@ with the piece ids taken from Marian's ``vocab.json`` instead of the SentencePie
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer, processors
 
-from model.hf_import import CheckpointError
+from model.families import ENCODER_FAMILIES
+from model.families.base import CheckpointError, special_token_names, token_id
+
+__all__ = ["load_tokenizer", "special_token_names", "special_tokens", "token_id"]
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
 
@@ -97,31 +99,10 @@ def convert_marian(folder: Path) -> Tokenizer:
     return tokenizer
 
 
-def token_id(tokenizer: Tokenizer, token: str, folder: Path) -> int:
-    found = tokenizer.token_to_id(token)
-    if found is None:
-        raise CheckpointError(f"{folder}: the tokenizer has no {token!r} token")
-    return int(found)
-
-
-def special_token_names(folder: Path) -> dict[str, str]:
-    """``special_tokens_map.json`` / ``tokenizer_config.json`` names (e.g. cls -> [CLS]), where given."""
-    names: dict[str, str] = {}
-    for file in ("tokenizer_config.json", "special_tokens_map.json"):
-        path = folder / file
-        if path.is_file():
-            for key, value in json.loads(path.read_text()).items():
-                if key.endswith("_token") and value:
-                    names[key[: -len("_token")]] = value["content"] if isinstance(value, dict) else str(value)
-    return names
-
-
 def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
     """The ids config.json's ``special_tokens`` needs for this family (see artifacts/README.md)."""
-    if family == "bert":
-        names = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-        names |= {k: v for k, v in special_token_names(folder).items() if k in names}
-        return {role: token_id(tokenizer, name, folder) for role, name in names.items()}
+    if family in ENCODER_FAMILIES:
+        return ENCODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
 
     def config_id(key: str, fallback: int | None = None) -> int:
         value = hf.get(key, fallback)

@@ -1,11 +1,20 @@
 """Import a Hugging Face-format checkpoint folder into an artifact the server loads.
 
-    python -m scripts.import_checkpoint DIR --out artifacts/NAME [--labels negative,positive]
+    python -m scripts.import_checkpoint DIR --out artifacts/NAME [--random-head negative,positive]
 
 DIR holds config.json, model.safetensors or pytorch_model.bin, and tokenizer files (tokenizer.json,
-or a slow tokenizer that transformers converts). Families: BERT-architecture encoders (BERT, MiniLM;
-with a sequence-classification head, or a base encoder whose head --labels names), GPT-2, Marian and
-BART. The folder's name is the served model name; serve it with SERVE_MODELS=...,NAME.
+or a slow tokenizer that transformers converts). Families: the encoders of model/families/ (BERT and
+MiniLM, RoBERTa, XLM-RoBERTa, DistilBERT), GPT-2, Marian and BART. An encoder imports as:
+
+- a classifier when it has a trained sequence-classification head (a cross-encoder with one label too:
+  its one logit is a relevance score);
+- an embedder when it is a sentence-transformers folder (modules.json: pooling from 1_Pooling/config.json,
+  normalisation when a Normalize module follows, max_seq_length from sentence_bert_config.json), or when
+  it has no trained head (mean pooling, not normalised; the output says so);
+- a classifier with a random head only when --random-head names its classes (for fine-tuning; a warning
+  is printed, and its scores mean nothing until then).
+
+The folder's name is the served model name; serve it with SERVE_MODELS=...,NAME.
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="the checkpoint folder")
     parser.add_argument("--out", type=Path, required=True, help="artifact folder to write (its name is the model name)")
-    parser.add_argument("--labels", help="comma-separated class names for a base encoder without a head")
+    parser.add_argument("--random-head", "--labels", dest="random_head", metavar="LABELS",
+                        help="comma-separated class names of a random classification head for an encoder without a "
+                             "trained one (to fine-tune); without it such an encoder imports as an embedder")
     parser.add_argument("--license", help="license of the weights (default: read from the folder's README.md)")
     parser.add_argument("--no-int8", action="store_true", help="skip the dynamic-int8 graph variants")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
@@ -35,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
-    labels = [name.strip() for name in args.labels.split(",")] if args.labels else None
+    labels = [name.strip() for name in args.random_head.split(",")] if args.random_head else None
     command = "python -m scripts.import_checkpoint " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         card = import_to_artifact(args.checkpoint, args.out, args.out.name, labels, args.license,
@@ -43,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"artifact": str(args.out), "parity": card["parity"], "notes": card["notes"]}, indent=2))
+    for note in card["notes"]:
+        if note.startswith("WARNING"):
+            print(note, file=sys.stderr)
+    task = json.loads((args.out / "config.json").read_text())["task"]
+    print(json.dumps({"artifact": str(args.out), "task": task, "parity": card["parity"], "notes": card["notes"]},
+                     indent=2))
     return 0
 
 

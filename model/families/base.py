@@ -1,0 +1,131 @@
+"""What every Hugging Face family module uses: the checkpoint's tensors with read tracking, the Linear and
+LayerNorm copy helpers, option checks and the activation names, and the encoder-family record."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from model.config import ClassifierConfig
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "swish": "silu", "silu": "silu"}
+# Buffers some checkpoints carry that are not weights (position ids, GPT-2's causal mask).
+NON_WEIGHTS = re.compile(r"(^|\.)(position_ids|token_type_ids|attn\.bias|attn\.masked_bias)$")
+
+
+class CheckpointError(ValueError):
+    """The folder cannot be imported; the message says what was found and what is missing."""
+
+
+class Tensors:
+    """The checkpoint's tensors; every read is recorded so that unread ones can be reported."""
+
+    def __init__(self, tensors: dict[str, Tensor]) -> None:
+        self.tensors, self.read = tensors, set[str]()
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def take(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            raise CheckpointError(f"the checkpoint lacks tensor {name!r}")
+        self.read.add(name)
+        return self.tensors[name]
+
+    def take_alias(self, name: str, same_as: Tensor) -> None:
+        """A tied copy (e.g. an LM head saved beside its embedding): read it if present, and it must match."""
+        if name in self.tensors:
+            if not torch.equal(self.take(name), same_as):
+                raise CheckpointError(f"{name!r} should be tied to the embedding but differs from it")
+
+    def discard(self, prefix: str) -> list[str]:
+        """Mark the tensors under ``prefix`` as read without using them (a part our model replaces)."""
+        names = [k for k in self.tensors if k.startswith(prefix)]
+        self.read.update(names)
+        return names
+
+    def unread(self) -> list[str]:
+        return sorted(k for k in self.tensors if k not in self.read and not NON_WEIGHTS.search(k))
+
+
+def linear(out: dict[str, Tensor], ours: str, src: Tensors, theirs: str, transpose: bool = False) -> None:
+    """nn.Linear weight + bias; ``transpose`` for GPT-2's Conv1D ([in, out] weights)."""
+    weight = src.take(f"{theirs}.weight")
+    out[f"{ours}.weight"] = weight.T.contiguous() if transpose else weight
+    if src.has(f"{theirs}.bias"):
+        out[f"{ours}.bias"] = src.take(f"{theirs}.bias")
+
+
+def norm(out: dict[str, Tensor], ours: str, src: Tensors, theirs: str) -> None:
+    out[f"{ours}.weight"], out[f"{ours}.bias"] = src.take(f"{theirs}.weight"), src.take(f"{theirs}.bias")
+
+
+def require(hf: dict[str, Any], key: str, expected: Any, family: str) -> None:
+    """An HF option our layers do not cover must be at the value we do cover."""
+    if key in hf and hf[key] != expected:
+        raise CheckpointError(f"{family}: {key}={hf[key]!r} is not supported (only {expected!r})")
+
+
+def activation(hf: dict[str, Any], key: str, family: str) -> str:
+    name = hf.get(key, "gelu")
+    if name not in ACTIVATIONS:
+        raise CheckpointError(f"{family}: activation {name!r} is not supported (supported: {sorted(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
+
+
+def strip_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """Task models nest the base model (``bert.``, ``transformer.``, ``model.``); base models do not."""
+    return {k.removeprefix(prefix): v for k, v in tensors.items()}
+
+
+def token_id(tokenizer: Tokenizer, token: str, folder: Path) -> int:
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise CheckpointError(f"{folder}: the tokenizer has no {token!r} token")
+    return int(found)
+
+
+def special_token_names(folder: Path) -> dict[str, str]:
+    """``special_tokens_map.json`` / ``tokenizer_config.json`` names (e.g. cls -> [CLS]), where given."""
+    names: dict[str, str] = {}
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = folder / file
+        if path.is_file():
+            for key, value in json.loads(path.read_text()).items():
+                if key.endswith("_token") and value:
+                    names[key[: -len("_token")]] = value["content"] if isinstance(value, dict) else str(value)
+    return names
+
+
+def named_special_tokens(folder: Path, tokenizer: Tokenizer, defaults: dict[str, str]) -> dict[str, int]:
+    """Ids of the roles in ``defaults`` (role -> token text), the folder's own names taking precedence."""
+    names = defaults | {k: v for k, v in special_token_names(folder).items() if k in defaults}
+    return {role: token_id(tokenizer, name, folder) for role, name in names.items()}
+
+
+@dataclass(frozen=True)
+class EncoderFamily:
+    """A BERT-like encoder family: everything the importer, exporter and parity check need to know of it."""
+
+    name: str  # the HF config.json model_type
+    prefix: str  # the base model's prefix inside a task model's weights (``bert.``)
+    config: Callable[[dict[str, Any], dict[str, int], list[str]], ClassifierConfig]  # hf, specials, labels
+    encoder_weights: Callable[[Tensors, ClassifierConfig], dict[str, Tensor]]
+    head_marker: str  # a tensor only a trained sequence-classification head has
+    head_weights: Callable[[Tensors], dict[str, Tensor]]  # the trained head (pooler/dense + classifier)
+    spare_weights: Callable[[Tensors], dict[str, Tensor]]  # what a base checkpoint has beyond the encoder
+    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
+    reference_classes: tuple[str, str]  # transformers classes: (base model, sequence classification)
+    token_type_input: bool  # the reference model takes token_type_ids (BERT); the others read segment 0 or none
+
+    def has_trained_head(self, src: Tensors) -> bool:
+        return src.has(self.head_marker)
