@@ -60,6 +60,8 @@ class SentenceSimilarityRequest(Lenient):
 class EmbeddingModelRequest(RootModel[FeatureExtractionRequest | SentenceSimilarityRequest]):
     """What an embedding model takes on POST /models/{name} (the OpenAPI document's body)."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["A sentence to embed.", "Another."]}]})
+
 
 async def _embeddings(engine: Engine, job: EmbeddingJob, request: Request) -> list[Embedding]:
     handle = await engine.submit(job)

@@ -6,8 +6,10 @@ and every example succeeds as shown (tests/clients/test_playground.py runs each 
   validate it by the model's task: the document states those bodies.
 - Known only after start-up, from the loaded models: the model names (enums, and the names in the
   examples), the classifier's label count (top_k's maximum), the limits of service/api/openapi_limits.py,
-  the task of POST /'s default model, and one POST /models/<name> operation per served model (a body valid
-  for one task is refused by another, which one templated operation cannot state)."""
+  the task of POST /'s default model, one POST /models/<name> operation per served model (a body valid
+  for one task is refused by another, which one templated operation cannot state) and one
+  POST /models/<name>/pipeline/<task> per model and task it serves; the routes of a task no loaded model
+  serves (the embedding routes without an embedder, /rerank without a one-label classifier) are left out."""
 
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
 from service.api.hf import DISPATCH_BODIES
+from service.api.hf_embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
+from service.api.hf_tasks import served_tasks
 from service.api.openapi_limits import add_runtime_limits
 from service.api.served import services
+from service.api.tei import reranker_or_none
 from service.engine.engine import Engine
 
 REF = "#/components/schemas/{model}"
@@ -31,12 +36,15 @@ MODEL_FIELDS: dict[str, str | None] = {
     "GenerateRequest": "generation",
     "CompletionRequest": "generation",
     "ClassifyRequest": "classification",
+    "EmbeddingRequest": "embedding",
     "TokenizeRequest": None,
     "DetokenizeRequest": None,
 }
+PIPELINE_PATH = "/models/{name}/pipeline/{task}"
+# The Inference API tasks whose body differs from DISPATCH_BODIES' one for the model's task.
+TASK_BODIES = {"feature-extraction": FeatureExtractionRequest, "sentence-similarity": SentenceSimilarityRequest}
 # Path parameters that name a served model.
-MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id"),
-                ("/models/{name}/pipeline/{task}", "name")}
+MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id")}
 
 
 def _member(prop: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -77,7 +85,9 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
         _member(top_k, "integer")["maximum"] = len(engine.classifier.labels)
     _example_token_ids(components, engine)
     add_runtime_limits(schema, engine)
+    _drop_unserved(schema, engine)
     _dispatch_by_model(schema, engine)
+    _pipeline_by_model(schema, engine)
     for path, name in MODEL_PARAMS:
         for operation in schema["paths"].get(path, {}).values():
             for param in operation.get("parameters", []):
@@ -137,6 +147,41 @@ def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
     schema["paths"] = {
         key: value for path, item in paths.items()
         for key, value in (operations.items() if path == "/models/{name}" else [(path, item)])
+    }  # fmt: skip
+
+
+def _drop_unserved(schema: dict[str, Any], engine: Engine) -> None:
+    """The routes of a task no loaded model serves: every request to them would be a 404."""
+    unserved = []
+    if engine.embedder is None:
+        unserved += ["/v1/embeddings", "/embed"]
+    if reranker_or_none(engine) is None:
+        unserved.append("/rerank")
+    for path in unserved:
+        schema["paths"].pop(path, None)
+
+
+def _pipeline_by_model(schema: dict[str, Any], engine: Engine) -> None:
+    """POST /models/{name}/pipeline/{task}: one operation per served model and each task it answers."""
+    paths: dict[str, Any] = schema["paths"]
+    templated = paths.get(PIPELINE_PATH, {}).get("post")
+    if templated is None:
+        return
+    operations = {}
+    for name, service in services(engine).items():
+        for task in served_tasks(service.artifact.task):
+            body = TASK_BODIES.get(task, DISPATCH_BODIES[service.artifact.task])
+            if body.__name__ not in schema.get("components", {}).get("schemas", {}):
+                continue
+            operation = copy.deepcopy(templated)
+            operation["parameters"] = [p for p in operation.get("parameters", []) if p["name"] not in ("name", "task")]
+            operation["operationId"] = f"{templated['operationId']}_{re.sub(r'[^A-Za-z0-9_]', '_', f'{name}_{task}')}"
+            operation["summary"] = f"{name}: the Inference API's {task} request"
+            operation["requestBody"] = _body(body.__name__)
+            operations[f"/models/{name}/pipeline/{task}"] = {"post": operation}
+    schema["paths"] = {
+        key: value for path, item in paths.items()
+        for key, value in (operations.items() if path == PIPELINE_PATH else [(path, item)])
     }  # fmt: skip
 
 

@@ -81,12 +81,17 @@ async def embed(body: EmbedRequest, engine: EngineDep, request: Request) -> list
     return [e.vector for e in await unless_disconnected(request, handle.results())]
 
 
-def reranker(engine: Engine) -> ClassificationService:
+def reranker_or_none(engine: Engine) -> ClassificationService | None:
     """The first served one-label classification model: a cross-encoder, whose logit is a relevance score."""
+    rerankers = (s for s in engine.services.values() if isinstance(s, ClassificationService) and len(s.labels) == 1)
+    return next(rerankers, None)
+
+
+def reranker(engine: Engine) -> ClassificationService:
+    found = reranker_or_none(engine)
+    if found is not None:
+        return found
     classifiers = [s for s in engine.services.values() if isinstance(s, ClassificationService)]
-    for service in classifiers:
-        if len(service.labels) == 1:
-            return service
     served = ", ".join(f"{s.name!r} ({len(s.labels)} labels)" for s in classifiers) or "none"
     raise ApiError(
         404, "model_not_loaded", f"no reranker (a classification model with one label) is served; classifiers: {served}"

@@ -51,3 +51,29 @@ async def test_bad_input(served) -> None:
         r = await served.client.post("/v1/classify", json=body)
         assert r.status_code == 422, (body, r.text)
         assert r.json()["error"]["field"] == field, body
+
+
+async def test_truncate_cuts_a_long_text_from_the_side_asked(served) -> None:
+    text = "good film " * 200 + "bad story " * 200
+    refused = await served.client.post("/v1/classify", json={"text": ["fine", text]})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "text[1]"
+    assert "truncat" in refused.json()["error"]["message"]
+    limit = served.engine.classifier.max_tokens
+    results = {}
+    for side in ("right", "left"):
+        body = {"text": ["fine", text, ["a premise", text]], "truncate": True, "truncation_direction": side}
+        r = await served.client.post("/v1/classify", json=body)
+        assert r.status_code == 200, r.text
+        short, long, pair = r.json()["results"]
+        assert long["input_tokens"] == pair["input_tokens"] == limit and short["input_tokens"] < limit
+        results[side] = long["scores"]
+    assert results["right"] != results["left"]  # each end of the text holds other words
+    bad = await served.client.post("/v1/classify", json={"text": "hi", "truncation_direction": "middle"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "truncation_direction"
+
+
+async def test_logits_are_the_raw_scores(served) -> None:
+    (result,) = (await served.client.post("/v1/classify", json={"text": "What a film"})).json()["results"]
+    logits = np.array(result["logits"])
+    softmax = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose(softmax, list(result["scores"].values()), atol=1e-6)

@@ -239,3 +239,23 @@ async def test_info_adds_tei_fields_to_tgi(encoders: Served) -> None:
     assert reranker["model_id"] == "reranker" and reranker["model_pipeline_tag"] == "text-classification"
     embedder = (await encoders.client.get("/models/embedder/info")).json()
     assert embedder["model_pipeline_tag"] == "feature-extraction"
+
+
+async def test_documented_examples_of_the_encoder_routes_succeed(encoders: Served) -> None:
+    """The document states the encoder routes of the models served, and each of their examples answers 2xx."""
+    document = encoders.app.openapi()
+    paths, components = document["paths"], document["components"]["schemas"]
+    wanted = ["/v1/embeddings", "/embed", "/rerank", "/models/embedder", "/models/embedder/pipeline/feature-extraction",
+              "/models/embedder/pipeline/sentence-similarity", "/models/reranker/pipeline/text-classification"]  # fmt: skip
+    for path in wanted:
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        example = components[schema["$ref"].rsplit("/", 1)[1]]["examples"][0]
+        r = await encoders.client.post(path, json=example)
+        assert r.status_code == 200, (path, example, r.text)
+    assert "/models/{name}/pipeline/{task}" not in paths
+
+
+async def test_routes_of_unserved_tasks_are_left_out_of_the_document(served: Served) -> None:
+    paths = served.app.openapi()["paths"]
+    assert not {"/v1/embeddings", "/embed", "/rerank"} & set(paths)
+    assert "/models/classifier/pipeline/text-classification" in paths

@@ -1,7 +1,16 @@
 """TGI's /generate, /generate_stream and /info; POST / and /models/{name} by the model's task, in the
-Hugging Face Inference API's `{"inputs", "parameters"}` shapes."""
+Hugging Face Inference API's `{"inputs", "parameters"}` shapes; an embedding model's feature-extraction and
+sentence-similarity, and the 422 for a request shaped for a task the model does not serve."""
 
 import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.settings import Settings
+from tests.service.conftest import Served, serve
 
 
 def tgi_events(body: bytes) -> list[dict]:
@@ -93,3 +102,89 @@ async def test_info_and_health(served) -> None:
     assert classifier["model_pipeline_tag"] == "text-classification"
     assert (await served.client.get("/models/translator/health")).status_code == 200
     assert (await served.client.get("/models/nope/info")).status_code == 404
+
+
+@pytest.fixture
+async def encoders(make_settings: Callable[..., Settings], tiny_artifacts_with_encoders: Path) -> AsyncIterator[Served]:
+    settings = make_settings(artifacts_dir=tiny_artifacts_with_encoders, models=["embedder", "reranker", "classifier"])
+    async with serve(settings) as s:
+        yield s
+
+
+async def test_feature_extraction_answers_pooled_vectors(encoders: Served) -> None:
+    texts = ["the cat sat on the mat", "a dog ran"]
+    tei = (await encoders.client.post("/embed", json={"inputs": texts})).json()
+    one = await encoders.client.post("/models/embedder", json={"inputs": texts[0]})
+    assert one.status_code == 200, one.text
+    np.testing.assert_allclose(one.json(), tei[0], atol=1e-6)  # a text: one vector, as for sentence-transformers
+    many = await encoders.client.post("/models/embedder", json={"inputs": texts})
+    np.testing.assert_allclose(many.json(), tei, atol=1e-6)
+    raw = (await encoders.client.post("/models/embedder", json={"inputs": texts[0], "normalize": False})).json()
+    assert abs(np.linalg.norm(raw) - 1) > 1e-3
+    older = await encoders.client.post("/models/embedder", json={"inputs": texts[0], "parameters": {"normalize": False}})
+    np.testing.assert_allclose(older.json(), raw, atol=1e-6)
+    long = "cat dog " * 80
+    refused = await encoders.client.post("/models/embedder", json={"inputs": long})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "inputs"
+    cut = await encoders.client.post("/models/embedder", json={"inputs": long, "truncate": True,
+                                                              "truncation_direction": "left"})  # fmt: skip
+    assert cut.status_code == 200 and len(cut.json()) == 32
+    explicit = await encoders.client.post("/models/embedder/pipeline/feature-extraction", json={"inputs": texts})
+    np.testing.assert_allclose(explicit.json(), tei, atol=1e-6)
+
+
+async def test_sentence_similarity_is_the_cosine(encoders: Served) -> None:
+    source, others = "the cat sat on the mat", ["the cat sat", "stocks fell", "the cat sat on the mat"]
+    r = await encoders.client.post("/models/embedder", json={"inputs": {"source_sentence": source, "sentences": others}})
+    assert r.status_code == 200, r.text
+    vectors = np.array((await encoders.client.post("/embed", json={"inputs": [source, *others]})).json())
+    np.testing.assert_allclose(r.json(), vectors[1:] @ vectors[0], atol=1e-5)
+    assert abs(r.json()[2] - 1) < 1e-5
+    empty = await encoders.client.post("/models/embedder", json={"inputs": {"source_sentence": source, "sentences": []}})
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "inputs.sentences"
+
+
+WRONG_TASKS = [
+    # (model, body, the field that tells the task, the task named in the message)
+    ("classifier", {"inputs": "hi", "parameters": {"aggregation_strategy": "simple"}},
+     "parameters.aggregation_strategy", "token-classification"),
+    ("classifier", {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": {}},
+     "inputs.source_sentence", "sentence-similarity"),
+    ("classifier", {"inputs": "hi", "normalize": True}, "normalize", "feature-extraction"),
+    ("embedder", {"inputs": "hi", "parameters": {}}, "parameters", "another task"),
+    ("embedder", {"inputs": "hi", "parameters": {"top_k": 2}}, "parameters.top_k", "another task"),
+    ("embedder", {"inputs": "hi", "parameters": {"function_to_apply": "softmax"}},
+     "parameters.function_to_apply", "text-classification"),
+    ("reranker", {"inputs": "hi", "parameters": {"max_new_tokens": 5}}, "parameters.max_new_tokens", "text-generation"),
+]  # fmt: skip
+
+
+async def test_a_request_for_another_task_is_a_422_naming_the_models_tasks(encoders: Served) -> None:
+    for model, body, field, task in WRONG_TASKS:
+        r = await encoders.client.post(f"/models/{model}", json=body)
+        assert r.status_code == 422, (model, body, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "unsupported_task" and error["field"] == field, (model, body, error)
+        served = "feature-extraction and sentence-similarity" if model == "embedder" else "text-classification"
+        assert f"model {model!r} serves {served}, not {task}" in error["message"], error
+    for model, task in (("classifier", "token-classification"), ("embedder", "text-classification")):
+        r = await encoders.client.post(f"/models/{model}/pipeline/{task}", json={"inputs": "hi"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "task", r.text
+        assert task in r.json()["error"]["message"]
+    ok = await encoders.client.post("/models/classifier/pipeline/text-classification", json={"inputs": "hi"})
+    assert ok.status_code == 200 and ok.json()[0][0]["label"] in ("negative", "positive")
+
+
+async def test_text_classification_truncates_when_asked(encoders: Served) -> None:
+    long = "cat dog " * 300
+    refused = await encoders.client.post("/models/classifier", json={"inputs": ["ok", long]})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "inputs[1]"
+    for side in ("right", "left"):
+        params = {"truncate": True, "truncation_direction": side}
+        r = await encoders.client.post("/models/classifier", json={"inputs": ["ok", long], "parameters": params})
+        assert r.status_code == 200 and len(r.json()) == 2, r.text
+
+
+async def test_info_of_an_embedder(encoders: Served) -> None:
+    info = (await encoders.client.get("/models/embedder/info")).json()
+    assert info["model_pipeline_tag"] == "feature-extraction" and info["model_type"] == {"embedding": {"pooling": "mean"}}
