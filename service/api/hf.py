@@ -427,6 +427,22 @@ async def model_info(name: str, engine: EngineDep) -> dict[str, Any]:
     return _info(engine, service) | (tei_info(engine, encoder) if encoder else {})
 
 
+def _hub_model(service: Service) -> dict[str, Any]:
+    tasks = served_tasks(service.artifact.task)
+    return {"id": service.name, "modelId": service.name, "pipeline_tag": tasks[0], "tags": list(tasks),
+            "private": False, "library_name": "transformer-serving"}  # fmt: skip
+
+
+@router.get("/api/models", summary="The Hub's model list: each served model and its pipeline tag")
+async def hub_models(engine: EngineDep) -> list[dict[str, Any]]:
+    return [_hub_model(service) for service in services(engine).values()]
+
+
+@router.get("/api/models/{name}", summary="The Hub's model info for one served model")
+async def hub_model(name: str, engine: EngineDep) -> dict[str, Any]:
+    return _hub_model(service_named(engine, name, field="name"))
+
+
 @router.get("/models/{name}/health", summary="200 once this model is ready (InferenceClient.health_check)")
 async def model_health(name: str, engine: EngineDep) -> JSONResponse:
     service_named(engine, name, field="name")
