@@ -294,7 +294,8 @@ def import_encoder(family: EncoderFamily, hf: dict[str, Any], raw: dict[str, Ten
     if embedding is None:
         embedding = EmbeddingOptions(pooling="mean", normalize=False)
         notes.append("no trained sequence-classification head: imported as an embedding model with mean pooling, "
-                     "not normalised (pass labels for a random classification head to fine-tune)")
+                     "not normalised (scripts.import_checkpoint --random-head LABELS creates a random "
+                     "classification head to fine-tune instead)")
     limit = min(embedding.max_positions or config.max_positions, config.max_positions)
     embedder = Embedder(config, dataclasses.replace(embedding, max_positions=limit))
     encoder_only = tuple(p for p in ("pooler.", "cls_head.") if not any(k.startswith(p) for k in weights))

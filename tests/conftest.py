@@ -121,3 +121,31 @@ def hf_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             shutil.rmtree(stale, ignore_errors=True)
         shutil.copytree(staging, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def hf_encoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small random encoder checkpoints of every import rule (tests/hf_checkpoints.py ENCODER_CHECKPOINTS:
+    RoBERTa, XLM-RoBERTa, DistilBERT, a cross-encoder, a sentence-transformers folder, a headless RoBERTa) in
+    ``checkpoints/<name>`` and their imports in ``artifacts/<name>``; built once per source version."""
+    import transformers
+    from hf_checkpoints import ENCODER_CHECKPOINTS, build_encoder_checkpoint
+
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("hf-encoder-imports")) if cache is not None else tmp_path_factory.mktemp("hf-encoders")
+    digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
+    digest.update((REPO / "tests" / "hf_checkpoints.py").read_bytes())
+    folder = root / digest.hexdigest()[:16]
+    if not all((folder / "artifacts" / name / "golden.json").is_file() for name in ENCODER_CHECKPOINTS):
+        from model.hf_artifact import import_to_artifact
+
+        staging = tmp_path_factory.mktemp("hf-encoder-import")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in ENCODER_CHECKPOINTS:
+                checkpoint = build_encoder_checkpoint(name, staging / "checkpoints" / name)
+                import_to_artifact(checkpoint, staging / "artifacts" / name, name, int8=False)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder

@@ -140,3 +140,158 @@ def build_checkpoint(family: str, folder: Path) -> Path:
     torch.manual_seed(0)
     BUILDERS[family](folder)
     return folder
+
+
+# --- the encoder families beside BERT, and encoder checkpoints of each import rule ----------------------------
+
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
+# Encoder checkpoints (tests/model/test_hf_encoders.py): name -> what it imports as.
+ENCODER_CHECKPOINTS = {
+    "roberta": "classification",  # RobertaForSequenceClassification, byte-level BPE
+    "xlm-roberta": "classification",  # XLMRobertaForSequenceClassification, a Unigram tokenizer.json
+    "distilbert": "classification",  # DistilBertForSequenceClassification, WordPiece
+    "cross-encoder": "classification",  # BertForSequenceClassification with one label: a relevance score
+    "sentence-transformer": "embedding",  # a BertModel with modules.json, 1_Pooling (mean) and Normalize
+    "roberta-base": "embedding",  # a RobertaModel without a classification head
+}
+
+
+def encoder_sizes() -> dict[str, int]:
+    return {"hidden_size": SIZES["d_model"], "num_attention_heads": SIZES["heads"],
+            "intermediate_size": SIZES["ffn"], "num_hidden_layers": SIZES["layers"]}
+
+
+def roberta_tokenizer(folder: Path) -> object:
+    from transformers import RobertaTokenizerFast
+
+    byte_level_bpe(folder, ROBERTA_SPECIALS)
+    tokenizer = RobertaTokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def build_roberta(folder: Path, head: bool = True) -> None:
+    from transformers import RobertaConfig, RobertaForSequenceClassification, RobertaModel
+
+    tokenizer = roberta_tokenizer(folder)
+    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,  # type: ignore[arg-type]
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, num_labels=2,
+                           id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+                           **encoder_sizes())
+    model = RobertaForSequenceClassification(config) if head else RobertaModel(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+
+
+def unigram_tokenizer_json(folder: Path) -> object:
+    """An XLM-R-shaped SentencePiece Unigram tokenizer built with the tokenizers library (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import XLMRobertaTokenizerFast
+
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                      unk_token="<unk>", show_progress=False)
+    unigram.train_from_iterator(CORPUS, trainer)
+    unigram.add_special_tokens(["<mask>"])
+    unigram.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tokenizer = XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                        cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def build_xlm_roberta(folder: Path) -> None:
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    tokenizer = unigram_tokenizer_json(folder)
+    config = XLMRobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,  # type: ignore[arg-type]
+                              pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, num_labels=3,
+                              id2label={0: "negative", 1: "neutral", 2: "positive"},
+                              label2id={"negative": 0, "neutral": 1, "positive": 2}, **encoder_sizes())
+    model = XLMRobertaForSequenceClassification(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+
+
+def wordpiece_tokenizer(folder: Path, fast_class: str) -> object:
+    import transformers
+    from tokenizers import BertWordPieceTokenizer
+
+    wordpiece = BertWordPieceTokenizer(lowercase=True)
+    wordpiece.train_from_iterator(CORPUS, vocab_size=200, show_progress=False)
+    wordpiece.save_model(str(folder))  # vocab.txt
+    tokenizer = getattr(transformers, fast_class).from_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def build_distilbert(folder: Path) -> None:
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    tokenizer = wordpiece_tokenizer(folder, "DistilBertTokenizerFast")
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=SIZES["d_model"], n_heads=SIZES["heads"],  # type: ignore[attr-defined]
+                              hidden_dim=SIZES["ffn"], n_layers=SIZES["layers"],
+                              max_position_embeddings=SIZES["positions"], num_labels=2,
+                              id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
+    model = DistilBertForSequenceClassification(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+
+
+def bert_config(tokenizer: object, **extra: object) -> object:
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SIZES["positions"],  # type: ignore[attr-defined]
+                      **encoder_sizes(), **extra)
+
+
+def build_cross_encoder(folder: Path) -> None:
+    from transformers import BertForSequenceClassification
+
+    tokenizer = wordpiece_tokenizer(folder, "BertTokenizerFast")
+    model = BertForSequenceClassification(bert_config(tokenizer, num_labels=1))  # type: ignore[arg-type]
+    perturb(model)
+    model.save_pretrained(str(folder))
+
+
+SENTENCE_TRANSFORMER_MAX_LENGTH = 32
+
+
+def build_sentence_transformer(folder: Path) -> None:
+    """A BertModel in the folder's root with sentence-transformers' module files written by hand."""
+    from transformers import BertModel
+
+    tokenizer = wordpiece_tokenizer(folder, "BertTokenizerFast")
+    model = BertModel(bert_config(tokenizer))  # type: ignore[arg-type]
+    perturb(model)
+    model.save_pretrained(str(folder))
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": SIZES["d_model"], "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps(
+        {"max_seq_length": SENTENCE_TRANSFORMER_MAX_LENGTH, "do_lower_case": False}))
+
+
+ENCODER_BUILDERS = {
+    "roberta": build_roberta, "xlm-roberta": build_xlm_roberta, "distilbert": build_distilbert,
+    "cross-encoder": build_cross_encoder, "sentence-transformer": build_sentence_transformer,
+    "roberta-base": lambda folder: build_roberta(folder, head=False),
+}
+
+
+def build_encoder_checkpoint(name: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    ENCODER_BUILDERS[name](folder)
+    return folder
