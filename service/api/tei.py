@@ -4,7 +4,7 @@ TEI's `/info` adds to TGI's (service/api/hf.py serves /info)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
