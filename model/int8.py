@@ -94,11 +94,15 @@ def restore_fp32_initializers(m: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def add_int8_variants(artifacts_dir: Path) -> list[Path]:
-    """Quantize every graph whose config.json has ``"int8_file": null``; returns the files written."""
+    """Quantize every graph whose config.json has ``"int8_file": null``; returns the files written. An artifact
+    whose weights come from a package (``weights_package``: the graph file holds none) is left as it is."""
     written = []
     for config_path in sorted(artifacts_dir.glob("*/config.json")):
         config = json.loads(config_path.read_text())
         folder = config_path.parent
+        if "weights_package" in config:
+            print(f"{folder.name}: its weights come from {config['weights_package']['distribution']}; no int8 variant")
+            continue
         for role, graph in config["graphs"].items():
             if graph.get("int8_file"):
                 continue
