@@ -342,10 +342,27 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         assert ranked[0][0]["label"] == case["label"], ranked
         return f"TGI = /v1/generate, prompt scored ({len(logprobs['tokens'])} tokens), /tokenize, HF classification"
 
+    def embed() -> str:
+        """The packaged all-MiniLM-L6-v2 embedder (its weights from the installed package): each query's
+        paraphrase is its nearest document, through OpenAI's and TEI's routes alike."""
+        case = exp["embed"]
+        docs, queries = case["documents"], case["queries"]
+        data = ok(client.post("/v1/embeddings", {"model": "embedder", "input": docs + queries}), "/v1/embeddings")
+        vectors = [item["embedding"] for item in sorted(data["data"], key=lambda item: item["index"])]
+        assert all(len(v) == case["dimensions"] for v in vectors), [len(v) for v in vectors]
+        doc_vectors, query_vectors = vectors[: len(docs)], vectors[len(docs) :]
+        for q, (query, target) in enumerate(zip(queries, case["nearest"], strict=True)):
+            sims = [sum(a * b for a, b in zip(query_vectors[q], d, strict=True)) for d in doc_vectors]
+            assert max(range(len(docs)), key=sims.__getitem__) == target, (query, sims)
+        tei = ok(client.post("/embed", {"inputs": queries[0]}), "/embed")
+        assert max(abs(a - b) for a, b in zip(tei[0], query_vectors[0], strict=True)) < 1e-5
+        return f"{len(queries)} queries find their paraphrase among {len(docs)} documents; /embed agrees"
+
     checks.run("health + ready", health)
     checks.run("GET /v1/models", models)
     checks.run("POST /v1/translate (expected French)", translate)
     checks.run("POST /v1/classify (expected labels)", classify)
+    checks.run("POST /v1/embeddings (paraphrase retrieval)", embed)
     checks.run("POST /v1/generate stream=true", generate_stream)
     checks.run("POST /v1/completions + stream", completions)
     if not quick:

