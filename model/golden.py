@@ -34,7 +34,7 @@ from service.runtime.golden import (
 from service.runtime.golden import golden_inputs as _golden_inputs
 from service.runtime.weights_package import WEIGHTS_PACKAGE, parse_weights_package
 
-__all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "record_golden", "run_graph", "summarize"]
+__all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "open_session", "record_golden", "run_graph", "summarize"]
 
 
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -46,14 +46,19 @@ def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np
 def run_graph(folder: Path, role: str, file_key: str = "file") -> tuple[list[str], list[np.ndarray]]:
     config = json.loads((folder / "config.json").read_text())
     graph = config["graphs"][role]
+    session = open_session(folder, graph[file_key], config)
+    names = [o["name"] for o in graph["outputs"]]
+    return names, session.run(names, golden_inputs(config, graph))
+
+
+def open_session(folder: Path, file: str, config: dict[str, Any]) -> ort.InferenceSession:
+    """A CPU session on one graph of the folder; a weights-package artifact gets the package's weights filled in."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     weights = package_weights(config, folder)
-    if weights:  # a weights-package artifact: its graph outputs are those with the package's weights filled in
+    if weights:
         options.add_external_initializers(list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()])
-    session = ort.InferenceSession(str(folder / graph[file_key]), options, providers=["CPUExecutionProvider"])
-    names = [o["name"] for o in graph["outputs"]]
-    return names, session.run(names, golden_inputs(config, graph))
+    return ort.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
 
 
 def package_weights(config: dict[str, Any], folder: Path) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from model.embedding_eval import SENTENCES, embed, normalized, paraphrase_retrieval
 from model.golden import record_golden
 from model.hf_artifact import import_to_artifact, write_card
 from model.weights_package import externalize
@@ -52,6 +53,7 @@ def build(out: Path, command: str) -> dict[str, Any]:
     config["weights_package"] = package
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     record_golden(out)  # graph outputs with the package's weights, digests of the graph as committed
+    card["metrics"] = paraphrase_retrieval(out) | reference_agreement(out, folder)
     card |= {"summary": SUMMARY, "intended_use": INTENDED_USE, "domains": DOMAINS, "out_of_scope": OUT_OF_SCOPE,
              "embedding": {"dimensions": config["dims"]["d_model"], "pooling": config["pooling"],
                            "normalize": config["normalize"], "max_tokens": config["max_positions"],
@@ -60,6 +62,19 @@ def build(out: Path, command: str) -> dict[str, Any]:
     card["source"]["folder"] = f"<site-packages>/{MODEL_DIR}"
     write_card(out, card)
     return card
+
+
+def reference_agreement(out: Path, folder: Path) -> dict[str, Any]:
+    """The lowest cosine between the graph's vectors and sentence-transformers' encode() on the check's
+    sentences (when sentence-transformers, from the dev extra, is installed)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return {}
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES, convert_to_numpy=True)
+    cosines = (normalized(embed(out, SENTENCES)) * normalized(theirs)).sum(1)
+    return {"sentence_transformers_min_cosine": round(float(cosines.min()), 7),
+            "sentence_transformers_version": metadata.version("sentence-transformers")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,11 +10,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
-from model.golden import GOLDEN_FILE, run_graph
+from model.golden import GOLDEN_FILE, open_session, run_graph
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 MODELS = sorted(p.parent.name for p in ARTIFACTS.glob("*/config.json"))  # ours and the imported ones
@@ -58,7 +57,7 @@ def test_graph_io_matches_config(folder: Path) -> None:
         for key in ("file", "int8_file"):
             if not graph[key]:
                 continue
-            session = ort.InferenceSession(str(folder / graph[key]), providers=["CPUExecutionProvider"])
+            session = open_session(folder, graph[key], config)  # with a weights package's weights filled in
             optional = [i.name for i in session.get_overridable_initializers()]  # inputs with a default
             assert [i.name for i in session.get_inputs()] + optional == [i["name"] for i in graph["inputs"]]
             assert optional == [i["name"] for i in graph["inputs"] if "default" in i]
