@@ -48,8 +48,9 @@ INPUT_TASKS: dict[str, str] = {"source_sentence": "sentence-similarity", "questi
 
 @dataclass(frozen=True)
 class AskedTask:
-    task: str  # a pipeline tag, or a short description where the body fits several
+    task: str  # a pipeline tag, or "another task" where the body fits several
     field: str  # what in the request tells it
+    why: str = ""  # how it tells, where the field alone does not say
 
 
 def served_tasks(task: str) -> tuple[str, ...]:
@@ -73,7 +74,8 @@ def asked_task(payload: Any, served: tuple[str, ...]) -> AskedTask | None:
             others = [key for key in parameters if key not in FEATURE_EXTRACTION_OPTIONS]
             if not parameters or others:  # feature_extraction never sends an empty or foreign `parameters`
                 field = f"parameters.{others[0]}" if others else "parameters"
-                found.append(AskedTask("another task's request (a `parameters` object)", field))
+                why = "; feature-extraction takes its options at the top level, other tasks send `parameters`"
+                found.append(AskedTask("another task", field, why))
     return next((asked for asked in found if asked.task not in served), None)
 
 
@@ -90,4 +92,4 @@ def check_task(name: str, served: tuple[str, ...], payload: Any) -> None:
     """A 422 naming the model's tasks when the body asks for another one."""
     asked = asked_task(payload, served)
     if asked is not None:
-        raise wrong_task(name, served, f"{asked.task} (asked by `{asked.field}`)", asked.field)
+        raise wrong_task(name, served, f"{asked.task} (asked by `{asked.field}`{asked.why})", asked.field)
