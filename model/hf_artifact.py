@@ -19,8 +19,9 @@ from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_
 from model.hf_tokenizer import load_tokenizer, special_tokens
 from model.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 
-SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt",
-                "vocab.json", "merges.txt", "source.spm", "target.spm", "README.md")
+SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json",
+                "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
+                "sentencepiece.bpe.model", "source.spm", "target.spm", "README.md")
 
 
 def checkpoint_license(folder: Path, given: str | None) -> str:

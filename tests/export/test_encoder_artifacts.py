@@ -107,3 +107,11 @@ def test_embedder_without_a_token_type_input_exports_two_inputs(token_types: int
     assert config_json["dims"]["n_token_types"] == 0 and config_json["pooling"] == "max"
     feeds = batch(config.vocab_size, with_types=False)
     np.testing.assert_allclose(run(tmp_path / "out", feeds), torch_output(model.eval(), feeds), atol=ATOL)
+
+
+def test_one_folder_serves_every_tiny_artifact(tiny_artifacts_with_encoders: Path, tiny_artifacts: Path) -> None:
+    from tiny_models import TINY_ENCODERS
+
+    served = {p.name for p in tiny_artifacts_with_encoders.iterdir() if (p / "config.json").is_file()}
+    kinds = {p.name for p in tiny_artifacts.iterdir() if (p / "config.json").is_file()}
+    assert served == kinds | set(TINY_ENCODERS) and not kinds & set(TINY_ENCODERS)
