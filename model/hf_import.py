@@ -289,6 +289,10 @@ def import_encoder(family: EncoderFamily, hf: dict[str, Any], raw: dict[str, Ten
     if trained_head or labels:
         model: nn.Module = Classifier(config)
         fresh = tuple(p for p in ("pooler.", "cls_head.") if not any(k.startswith(p) for k in weights))
+        if trained_head and fresh:
+            raise CheckpointError(f"{family.name}: the classification head is there but {', '.join(fresh)} is not")
+        if "pooler." in fresh:
+            notes.append("the checkpoint has no pooler: the pooler is random too")
         load_checked(model, weights, "classifier", fresh)
         return Imported("classifier", family.name, model.eval(), hf, notes, random_head=not trained_head)
     if embedding is None:

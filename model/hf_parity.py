@@ -1,6 +1,7 @@
 """Imported model vs ``transformers`` itself: the same padded batch through both, logits compared.
 
-Used by scripts/import_checkpoint.py (the parity figures in the card) and by tests/model/test_hf_import.py.
+Used by scripts/import_checkpoint.py (the parity figures in the card) and by tests/model/test_hf_import.py and
+tests/model/test_hf_encoders.py.
 Needs ``transformers`` (the ``import`` extra); the server never imports this module.
 """
 

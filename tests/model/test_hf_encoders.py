@@ -142,3 +142,21 @@ def test_unsupported_sentence_transformers_pooling_is_refused(hf_encoder_imports
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling | {"pooling_mode_mean_sqrt_len_tokens": True}))
     with pytest.raises(CheckpointError, match="pooling_mode_mean_sqrt_len_tokens is not supported"):
         read_sentence_transformer(folder)
+
+
+def test_xlm_roberta_sentencepiece_model_alone_is_converted(tmp_path: Path) -> None:
+    """A checkpoint with sentencepiece.bpe.model and no tokenizer.json: transformers converts it, ids unchanged."""
+    import sentencepiece as spm
+    from hf_checkpoints import CORPUS
+    from transformers import AutoTokenizer
+
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=str(tmp_path / "sentencepiece.bpe"),
+                                   vocab_size=100, model_type="unigram", hard_vocab_limit=False, minloglevel=2)
+    (tmp_path / "sentencepiece.bpe.vocab").unlink()
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "XLMRobertaTokenizer"}))
+    ours = load_tokenizer(tmp_path, "xlm-roberta")
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))
+    for text in TEXTS:
+        assert ours.encode(text).ids == theirs(text)["input_ids"], text
+    specials = special_tokens(tmp_path, "xlm-roberta", {}, ours)
+    assert (specials["cls"], specials["pad"], specials["sep"]) == (0, 1, 2)  # XLM-R's fairseq ids
