@@ -219,7 +219,7 @@ def test_dispatch_bodies_without_an_engine() -> None:
     document = create_app().openapi()
     schema = document["paths"]["/models/{name}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {ref["$ref"].rsplit("/", 1)[1] for ref in schema["anyOf"]} == {
-        "TgiRequest", "ClassificationRequest", "TranslationRequest"
+        "TgiRequest", "ClassificationRequest", "TranslationRequest", "EmbeddingModelRequest"
     }  # fmt: skip
     assert "TranslationRequest" in document["components"]["schemas"]
 
