@@ -100,6 +100,14 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     (out / "card.md").write_text("\n".join(lines) + "\n")
 
 
+def card_config(result: Imported) -> dict[str, Any]:
+    """The imported model's config; an embedder's has no classification labels (its graph has no head)."""
+    config: dict[str, Any] = result.model.config.to_dict()  # type: ignore[union-attr, operator]
+    if result.kind == "embedder":
+        config.pop("labels", None)
+    return config
+
+
 def import_card(name: str, result: Imported, folder: Path, license_: str, command: str,
                 parity: dict[str, Any]) -> dict[str, Any]:
     hf = result.hf_config
@@ -110,7 +118,7 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
                    f"into our {result.kind} class and exported with our exporter.",
         "parameters": result.model.graph_parameters() if isinstance(result.model, Embedder)
         else count_parameters(result.model),
-        "config": result.model.config.to_dict(),  # type: ignore[union-attr, operator]
+        "config": card_config(result),
         "source": {"origin": str(origin), "folder": str(folder), "model_type": hf.get("model_type"),
                    "architectures": hf.get("architectures"), "license": license_, "command": command,
                    "files": sorted(p.name for p in folder.iterdir() if p.name in SOURCE_FILES)},
