@@ -49,7 +49,6 @@ def build(out: Path, command: str) -> dict[str, Any]:
                               fp16_storage=False)
     package = externalize(out / graph_file("encoder"), DISTRIBUTION, VERSION, WEIGHTS_FILE)
     config = json.loads((out / "config.json").read_text())
-    config["export"]["weights_storage"] = "float32, from the weights package"
     config["weights_package"] = package
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     record_golden(out)  # graph outputs with the package's weights, digests of the graph as committed
