@@ -112,7 +112,7 @@ KINDS: dict[str, Kind] = {
     for k in (
         Kind("translator", TRANSLATION, ("marian", "bart")),
         Kind("generator", GENERATION, ("gpt2",)),
-        Kind("classifier", CLASSIFICATION, ("bert",)),
+        Kind("classifier", CLASSIFICATION, ("bert", "roberta", "xlm-roberta", "distilbert")),
     )
 }
 FAMILIES: dict[str, str] = {family: k.name for k in KINDS.values() for family in k.families}  # model_type -> kind
