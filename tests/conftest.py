@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -100,27 +101,9 @@ def tiny_artifacts_with_encoders(tiny_artifacts: Path, tiny_encoder_artifacts: P
 def hf_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Small random transformers checkpoints (tests/hf_checkpoints.py) in ``checkpoints/<family>`` and
     their imports by scripts/import_checkpoint in ``artifacts/<family>``; built once per source version."""
-    import transformers
     from hf_checkpoints import FAMILIES, build_checkpoint
 
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("hf-imports")) if cache is not None else tmp_path_factory.mktemp("hf-imports")
-    digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
-    digest.update((REPO / "tests" / "hf_checkpoints.py").read_bytes())
-    folder = root / digest.hexdigest()[:16]
-    if not all((folder / "artifacts" / family / "golden.json").is_file() for family in FAMILIES):
-        from model.hf_artifact import import_to_artifact
-
-        staging = tmp_path_factory.mktemp("hf-import")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for family in FAMILIES:
-                checkpoint = build_checkpoint(family, staging / "checkpoints" / family)
-                import_to_artifact(checkpoint, staging / "artifacts" / family, family, int8=False)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
+    return _imported_checkpoints(request, tmp_path_factory, "hf-imports", list(FAMILIES), build_checkpoint)
 
 
 @pytest.fixture(scope="session")
@@ -128,22 +111,36 @@ def hf_encoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """Small random encoder checkpoints of every import rule (tests/hf_checkpoints.py ENCODER_CHECKPOINTS:
     RoBERTa, XLM-RoBERTa, DistilBERT, a cross-encoder, a sentence-transformers folder, a headless RoBERTa) in
     ``checkpoints/<name>`` and their imports in ``artifacts/<name>``; built once per source version."""
-    import transformers
     from hf_checkpoints import ENCODER_CHECKPOINTS, build_encoder_checkpoint
 
+    names = list(ENCODER_CHECKPOINTS)
+    return _imported_checkpoints(request, tmp_path_factory, "hf-encoder-imports", names, build_encoder_checkpoint)
+
+
+def _imported_checkpoints(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_name: str,
+    names: list[str],
+    build: Callable[[str, Path], Path],
+) -> Path:
+    """``checkpoints/<name>`` built by `build` and ``artifacts/<name>`` imported from it, cached in pytest's
+    cache under a digest of the model code, transformers' version and tests/hf_checkpoints.py."""
+    import transformers
+
     cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("hf-encoder-imports")) if cache is not None else tmp_path_factory.mktemp("hf-encoders")
+    root = Path(cache.mkdir(cache_name)) if cache is not None else tmp_path_factory.mktemp(cache_name)
     digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
     digest.update((REPO / "tests" / "hf_checkpoints.py").read_bytes())
     folder = root / digest.hexdigest()[:16]
-    if not all((folder / "artifacts" / name / "golden.json").is_file() for name in ENCODER_CHECKPOINTS):
+    if not all((folder / "artifacts" / name / "golden.json").is_file() for name in names):
         from model.hf_artifact import import_to_artifact
 
-        staging = tmp_path_factory.mktemp("hf-encoder-import")
+        staging = tmp_path_factory.mktemp(f"{cache_name}-staging")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for name in ENCODER_CHECKPOINTS:
-                checkpoint = build_encoder_checkpoint(name, staging / "checkpoints" / name)
+            for name in names:
+                checkpoint = build(name, staging / "checkpoints" / name)
                 import_to_artifact(checkpoint, staging / "artifacts" / name, name, int8=False)
         for stale in root.iterdir():
             shutil.rmtree(stale, ignore_errors=True)

@@ -30,3 +30,11 @@ def test_each_kind_has_the_special_tokens_its_task_needs() -> None:
 def test_the_importer_reads_the_registry_families() -> None:
     for family, kind in FAMILIES.items():
         assert detect_family({"model_type": family}) == family and kind in KINDS
+
+
+def test_every_registry_family_has_a_test_checkpoint() -> None:
+    """tests/hf_checkpoints.py builds one random checkpoint of each family the registry lists (the parity tests)."""
+    from hf_checkpoints import ENCODER_CHECKPOINTS
+    from hf_checkpoints import FAMILIES as BUILT
+
+    assert set(FAMILIES) <= set(BUILT) | set(ENCODER_CHECKPOINTS)
