@@ -4,23 +4,20 @@
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.schemas import Request as StrictRequest, Response
+from service.api.schemas import MAX_EMBEDDING_INPUTS, EmbeddingInputs, Request as StrictRequest, Response
 from service.engine.embedding import EmbedInput, Embedding, EmbeddingJob
 
 router = APIRouter(tags=["openai"])
 
-MAX_INPUTS = 2048  # OpenAI's limit on one request's inputs
 DEFAULT_MODEL = "default"  # also names the default embedding model, as an omitted `model` does
 
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-EmbeddingText = Annotated[str, Field(min_length=1)]
 
 
 class EmbeddingRequest(StrictRequest):
@@ -28,12 +25,9 @@ class EmbeddingRequest(StrictRequest):
         json_schema_extra={"examples": [{"input": ["A sentence to embed.", "And another one."], "model": "embedder"}]}
     )
 
-    input: (
-        EmbeddingText
-        | Annotated[list[EmbeddingText], Field(min_length=1, max_length=MAX_INPUTS)]
-        | TokenIds
-        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_INPUTS)]
-    ) = Field(description="a text, a list of texts, token ids, or a list of token-id lists")
+    input: EmbeddingInputs = Field(
+        description=f"a text, a list of texts, token ids, or a list of token-id lists (at most {MAX_EMBEDDING_INPUTS})"
+    )
     model: str | None = Field(
         None, description=f"an embedding model served here (GET /v1/models); omitted or {DEFAULT_MODEL!r}: the default"
     )

@@ -22,6 +22,15 @@ NonEmptyText = Annotated[str, Field(min_length=1)]
 # strip() empties). Stated in the document only; the engine's check stays the one that answers.
 NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 Text = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+MAX_EMBEDDING_INPUTS = 2048  # inputs in one embedding request (OpenAI's limit; TEI's max_client_batch_size)
+# OpenAI's `input` and TEI's `inputs`: a text, a list of texts, token ids, or a list of token-id lists.
+EmbeddingInputs = (
+    Text
+    | Annotated[list[Text], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+)
 ModelName = Annotated[
     str | None,
     Field(None, description="a loaded model of this task (GET /v1/models); default: the task's first in SERVE_MODELS"),

@@ -12,7 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.error_rewrite import ErrorShapeMiddleware
 from service.api.errors import ApiError
-from service.api.schemas import AnyCaseTruncationSide, Lenient, Text, truncation_side
+from service.api.schemas import (
+    MAX_EMBEDDING_INPUTS,
+    AnyCaseTruncationSide,
+    EmbeddingInputs,
+    Lenient,
+    Text,
+    truncation_side,
+)
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.embedding import EmbedInput, EmbeddingJob, EmbeddingService
 from service.engine.engine import Engine
@@ -20,19 +27,13 @@ from service.engine.engine import Engine
 router = APIRouter(tags=["text embeddings inference"])
 
 TEI_PATHS = ("/embed", "/rerank")
-MAX_CLIENT_BATCH_SIZE = 2048  # inputs (or texts) in one request; TEI's flag of the same name, raised
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+MAX_CLIENT_BATCH_SIZE = MAX_EMBEDDING_INPUTS  # inputs (or texts) in one request; TEI's flag of the same name, raised
 
 
 class EmbedRequest(Lenient):
     model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": ["What is Deep Learning?", "Hello"]}]})
 
-    inputs: (
-        Text
-        | Annotated[list[Text], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
-        | TokenIds
-        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
-    ) = Field(description="a text, a list of texts, token ids, or a list of token-id lists")
+    inputs: EmbeddingInputs = Field(description="a text, a list of texts, token ids, or a list of token-id lists")
     normalize: bool = True
     truncate: bool = Field(False, description="cut an input past the model's limit instead of a 422")
     truncation_direction: AnyCaseTruncationSide = "right"
