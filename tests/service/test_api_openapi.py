@@ -251,10 +251,16 @@ async def test_per_model_limits_with_models_of_other_vocabularies(serving) -> No
         ])  # fmt: skip
 
 
-def test_schemathesis_can_generate_every_request(served) -> None:
+@pytest.mark.parametrize("with_encoders", [False, True])
+async def test_schemathesis_can_generate_every_request(serving, tiny_artifacts_with_encoders, with_encoders) -> None:
     """Each request body stays one that schemathesis can draw data from: with one if/then per value of n
-    (2^32 alternatives) it could not, and the whole operation went untested (a "Schema Error")."""
-    document = served.app.openapi()
+    (2^32 alternatives) it could not, and the whole operation went untested (a "Schema Error"). With the
+    embedder and reranker served, their routes are in the document too."""
+    overrides = {"artifacts_dir": tiny_artifacts_with_encoders} if with_encoders else {}
+    async with serving(**overrides) as served:
+        document = served.app.openapi()
+    if with_encoders:
+        assert {"/v1/embeddings", "/embed", "/rerank"} <= set(document["paths"])
     for path, item in document["paths"].items():
         for method, operation in item.items():
             if "requestBody" in operation:
