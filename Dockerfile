@@ -52,7 +52,7 @@ RUN /opt/quantize/bin/python int8.py artifacts
 FROM ${PYTHON_IMAGE} AS runtime
 ARG ORT_VARIANT=cpu
 LABEL org.opencontainers.image.title="transformer-serving" \
-      org.opencontainers.image.description="Translator, generator and classifier on FastAPI + ONNX Runtime" \
+      org.opencontainers.image.description="Translator, generator, classifier and embedder on FastAPI + ONNX Runtime" \
       org.opencontainers.image.licenses="MIT" \
       serving.ort-variant="${ORT_VARIANT}"
 

@@ -7,7 +7,9 @@ import base64
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Request
+from fastapi.responses import Response as HttpResponse
 from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep, unless_disconnected
@@ -79,8 +81,15 @@ async def embeddings(body: EmbeddingRequest, engine: EngineDep, request: Request
     handle = await engine.submit(job)  # unknown model: 404 model_not_found
     results = await unless_disconnected(request, handle.results())
     tokens = sum(e.input_tokens for e in results)
-    return EmbeddingResponse(
-        data=[EmbeddingData(index=i, embedding=_encoded(e, body.encoding_format)) for i, e in enumerate(results)],
-        model=handle.model,
-        usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens),
-    )
+    # EmbeddingResponse's shape, rendered by orjson: 32 x 384 floats cost json.dumps ~5 ms of the event loop
+    # (~0.16 ms a vector), orjson ~0.25 ms, and the response model's validation of every float goes too.
+    answer = {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": _encoded(e, body.encoding_format)}
+            for i, e in enumerate(results)
+        ],
+        "model": handle.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return HttpResponse(orjson.dumps(answer), media_type="application/json")

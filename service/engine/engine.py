@@ -92,7 +92,7 @@ class Engine:
                 initializers = artifact.weights_package.load() if artifact.weights_package else None
             except WeightsPackageError as exc:
                 raise ArtifactError(f"{artifact.folder}: {exc}") from None
-            sessions = artifact_sessions(name, artifact.graphs, options, initializers)
+            sessions = artifact_sessions(name, artifact.graphs, options, initializers, artifact.dims)
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
             args = (self.settings, self.metrics)
             service: Service
@@ -169,5 +169,6 @@ class Engine:
         service = self.services.get(model)
         if not isinstance(service, kind):
             same_task = [name for name, s in self.services.items() if isinstance(s, kind)]
-            raise ModelNotLoaded(f"model {model!r} is not a {task} model served here; served: {same_task}", "model")
+            article = "an" if task[0] in "aeiou" else "a"
+            raise ModelNotLoaded(f"model {model!r} is not {article} {task} model served here; served: {same_task}", "model")
         return service

@@ -58,11 +58,26 @@ def requested_providers(device: str) -> list[str]:
     return [CPU]
 
 
+# n_layers x d_model^2 (an encoder's cost per token) below which a one-step model's multi-request runs take
+# the busy session. Measured over HTTP on 2 cores, 32 concurrent single texts, ours / CTranslate2 with one
+# thread vs two (python -m scripts.bench_anchor --rows classifier_c32,embedder_c32 --server-setting
+# busy_intra_op_threads=2): our classifier (4 x 256^2 = 0.26M) 0.66 vs 0.62; MiniLM-sized encoders
+# (6 x 384^2 = 0.88M) 0.54 vs 0.71 (classifier-minilm's dims) and 0.48 vs 0.73 (the embedder). A larger
+# encoder's run is worth more than the event loop's work on its requests.
+SMALL_ENCODER = 500_000
+
+
+def leaves_a_core(dims: Mapping[str, int]) -> bool:
+    """Whether a one-step model of these dims runs its multi-request batches on the busy session."""
+    return dims.get("n_layers", 0) * dims.get("d_model", 0) ** 2 < SMALL_ENCODER
+
+
 def artifact_sessions(
     model: str,
     graphs: Mapping[str, GraphSpec],
     options: RuntimeOptions,
     initializers: Mapping[str, np.ndarray] | None = None,
+    dims: Mapping[str, int] | None = None,
 ) -> dict[str, GraphSession]:
     """One session per graph of an artifact. Only the graph the worker runs most keeps its intra-op threads
     spin-waiting between runs: the decoder where there is one (it runs step after step), else the only
@@ -74,11 +89,13 @@ def artifact_sessions(
     that answer several requests at once: their siblings keep the event loop busy meanwhile (parsing,
     validating, answering), and all intra-op threads beside it oversubscribe the cores. Measured over HTTP
     on 2 cores, 32 concurrent single texts: the intra-op threads used 2.6-3.4 ms of CPU per request with
-    2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread.
+    2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread. That pays for
+    small models only (`leaves_a_core`, from the artifact's `dims`; without them, every one-step model).
 
     `initializers`: weights the graph files leave out (service/runtime/weights_package.py)."""
     spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
     one_step = "decoder" not in graphs  # a classifier: one run answers its requests
+    one_step = one_step and (dims is None or leaves_a_core(dims))
     return {role: GraphSession(model, spec, options, spin=role == spinning, busy_session=one_step,
                                initializers=initializers)
             for role, spec in graphs.items()}

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from service.runtime.artifact import ArtifactError, load_artifact
-from service.runtime.sessions import ALLOW_SPINNING, CPU, GraphSession, RuntimeOptions, artifact_sessions
+from service.runtime.sessions import (
+    ALLOW_SPINNING,
+    CPU,
+    GraphSession,
+    RuntimeOptions,
+    artifact_sessions,
+    leaves_a_core,
+)
 
 
 def test_cuda_request_falls_back_to_cpu_and_says_so(tiny_artifacts: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -99,6 +106,18 @@ def test_only_a_one_step_model_gets_a_busy_session(tiny_artifacts: Path) -> None
         "classifier", load_artifact(tiny_artifacts / "classifier").graphs, RuntimeOptions(device="cpu", intra_op_threads=1)
     )
     assert one_thread["encoder"].busy_session is None  # nothing to leave: no second session
+
+
+def test_only_a_small_encoder_leaves_a_core(tiny_artifacts: Path) -> None:
+    """MiniLM-sized encoders run multi-request batches on every thread (their run outweighs the event
+    loop's work); our small classifier's leave one to it."""
+    assert leaves_a_core({"n_layers": 4, "d_model": 256})  # our classifier
+    assert not leaves_a_core({"n_layers": 6, "d_model": 384})  # all-MiniLM-L6-v2
+    artifact = load_artifact(tiny_artifacts / "classifier")
+    options = RuntimeOptions(device="cpu", intra_op_threads=2)
+    large = {**artifact.dims, "n_layers": 6, "d_model": 384}
+    assert artifact_sessions("classifier", artifact.graphs, options, dims=artifact.dims)["encoder"].busy_session
+    assert artifact_sessions("classifier", artifact.graphs, options, dims=large)["encoder"].busy_session is None
 
 
 def test_busy_session_computes_the_same_logits(tiny_artifacts: Path) -> None:
