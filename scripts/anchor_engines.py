@@ -2,7 +2,6 @@
 
     python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder \
         --artifacts DIR --work DIR [--threads 2] [shape options]
-    python -m scripts.anchor_engines floor --port PORT --dimensions D
 
 
 builds nothing: it loads the models that `build_hf_and_ct2` saved in --work (or, for `engine`, our
@@ -10,7 +9,6 @@ served artifacts in --artifacts) and answers one JSON line
 per JSON request line on stdin ({"row", "concurrency", "requests"} -> {"value", "lengths"}). Each engine
 and model has a process of its own (see PARTS): CTranslate2 and torch each bring a libgomp, and two
 OpenMP runtimes in one process slowed HF's decoding 4x here; bench_anchor's HTTP client uses neither.
-`floor` serves scripts/http_floor.py's app plus POST /v1/embeddings (a D-float vector per input).
 """
 
 from __future__ import annotations
@@ -401,58 +399,8 @@ def shape_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-tokens", type=int, default=30)
 
 
-# --- the floor: scripts/http_floor.py's app, and /v1/embeddings ------------------------------------------
-
-
-def embeddings_floor(dimensions: int) -> Any:
-    """scripts/http_floor.py's ASGI app answering POST /v1/embeddings too, in the shape and size of ours:
-    one `dimensions`-float vector per input (floats as long as a float32's repr in JSON), rendered per request
-    as any server must render its model's output."""
-    from scripts.http_floor import JSON, app
-
-    rng = np.random.default_rng(0)
-    vector = [float(v) for v in rng.standard_normal(dimensions).astype(np.float32) / np.sqrt(dimensions)]
-
-    async def floor(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/embeddings":
-            await app(scope, receive, send)
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        inputs = json.loads(body)["input"]
-        count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
-        answer = {"object": "list", "model": "embedder",
-                  "data": [{"object": "embedding", "index": i, "embedding": vector} for i in range(count)],
-                  "usage": {"prompt_tokens": 12 * count, "total_tokens": 12 * count}}
-        data = json.dumps(answer, separators=(",", ":")).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [*JSON, (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
-
-    return floor
-
-
-def floor_main(argv: list[str]) -> None:
-    """uvicorn as scripts/http_floor.py runs it, around `embeddings_floor`."""
-    import uvicorn
-
-    parser = argparse.ArgumentParser(prog="python -m scripts.anchor_engines floor")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--dimensions", type=int, required=True, help="the served embedder's vector size")
-    args = parser.parse_args(argv)
-    uvicorn.run(embeddings_floor(args.dimensions), host="127.0.0.1", port=args.port, http="httptools",
-                loop="auto", access_log=False, log_level="warning")
-
-
 def main() -> None:
     """Load one engine, then answer requests (the module docstring)."""
-    if sys.argv[1:2] == ["floor"]:
-        floor_main(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("engine", choices=("ct2", "hf", "engine"))
     parser.add_argument("part", choices=sorted(set(PARTS.values())))

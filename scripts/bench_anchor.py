@@ -15,8 +15,8 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
   - CTranslate2 on those models converted by its TransformersConverter, float32 and int8, intra_threads=--threads
     (the BERT conversion stops at the pooler: the 2-label head, and the embedder's mean pooling and
     normalisation of last_hidden_state, run in numpy).
-  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work (and
-    /v1/embeddings: scripts/anchor_engines.py's embeddings_floor), driven by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
+  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work,
+    driven by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
     fast as CTranslate2 behind a server that costs nothing beyond uvicorn and the load generator on these
     cores. A target above it cannot be met on this machine by any server behind uvicorn.
 Every engine decodes greedily or with the same beams, with lengths forced (ignore_eos; min = max length).
@@ -67,15 +67,6 @@ ROWS: dict[str, tuple[str, str, int, int]] = {
 def row_kind(row: str) -> str:
     """The artifact a row runs on (the streamed generator row has no part of its own)."""
     return PARTS.get(row, "generator").removesuffix("-int8")
-
-
-class EmbeddingsFloor(FloorServer):
-    """The floor server with POST /v1/embeddings (scripts/anchor_engines.py's embeddings_floor)."""
-
-    def __init__(self, port: int, dimensions: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", "floor", "--port", str(port),
-                                      "--dimensions", str(dimensions)], cwd=REPO)
-        self.port, self.url = port, f"http://127.0.0.1:{port}"
 
 
 class Ours:
@@ -354,7 +345,7 @@ def main() -> None:
         int8_models = ",".join(k for k in kinds if k != EMBEDDER)
         servers["int8"] = Server(served, args.threads, quantization="int8", models=int8_models, **settings)
     dimensions = dims(served / EMBEDDER)["d_model"] if EMBEDDER in kinds else 8
-    floor = EmbeddingsFloor(free_port(), dimensions)
+    floor = FloorServer(free_port(), dimensions)
     try:
         with contextlib.ExitStack() as stack:
             for server in [*servers.values(), floor]:

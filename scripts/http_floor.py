@@ -1,11 +1,11 @@
 """A server that answers our API at once and does no work: the floor under the HTTP rows of
 scripts/bench_anchor.py.
 
-    python -m scripts.http_floor --port 8000
+    python -m scripts.http_floor --port 8000 [--dimensions 384]
 
 uvicorn as the service runs it (httptools, uvloop, no access log) around a bare ASGI app: no framework, no
-validation, no tokenizer, no model. It answers /v1/classify, /v1/translate and /v1/generate (plain or
-`stream: true`) with bodies of the shape and size ours sends, as many output tokens as the request asks
+validation, no tokenizer, no model. It answers /v1/classify, /v1/translate, /v1/embeddings and /v1/generate (plain
+or `stream: true`) with bodies of the shape and size ours sends, as many output tokens as the request asks
 for, and a stream sends each token event on its own (yielding to the loop between them, as a server
 whose tokens come a step at a time does). What this server reaches with the anchor's load generator is the
 most any Python server behind uvicorn could answer on this machine if its model cost nothing; the anchor
@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -52,6 +53,27 @@ def generation(tokens: int) -> dict[str, Any]:
             "seed": 3856822353817456978}
 
 
+EMBEDDING_DIMENSIONS = 384  # the served embedder's; --dimensions sets another
+
+
+def embedding_vector(dimensions: int) -> list[float]:
+    """A unit vector of float32 values, as long in JSON as a real embedding's."""
+    vector = [((i * 7919) % 1000 - 500) / 1000 for i in range(dimensions)]
+    norm = sum(v * v for v in vector) ** 0.5
+    return [float(struct.unpack("f", struct.pack("f", v / norm))[0]) for v in vector]
+
+
+def embeddings(request: dict[str, Any], vector: list[float]) -> dict[str, Any]:
+    inputs = request["input"]
+    count = len(inputs) if isinstance(inputs, list) and inputs and not isinstance(inputs[0], int) else 1
+    return {"object": "list", "model": "embedder",
+            "data": [{"object": "embedding", "index": i, "embedding": vector} for i in range(count)],
+            "usage": {"prompt_tokens": 12 * count, "total_tokens": 12 * count}}
+
+
+VECTOR = [embedding_vector(EMBEDDING_DIMENSIONS)]  # set by --dimensions
+
+
 def event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
@@ -83,6 +105,8 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         answer = translation(request["max_new_tokens"])
     elif path == "/v1/classify":
         answer = classification()
+    elif path == "/v1/embeddings":
+        answer = embeddings(request, VECTOR[0])
     else:
         answer, status = {"error": {"type": "not_found", "message": path}}, 404
     data = json.dumps(answer, separators=(",", ":")).encode()
@@ -95,7 +119,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dimensions", type=int, default=EMBEDDING_DIMENSIONS, help="the /v1/embeddings vector size")
     args = parser.parse_args()
+    VECTOR[0] = embedding_vector(args.dimensions)
     uvicorn.run(app, host=args.host, port=args.port, http="httptools", loop="auto", access_log=False,
                 log_level="warning")
 
@@ -103,8 +129,9 @@ def main() -> None:
 class FloorServer:
     """This server in a subprocess, on `port`: a context manager that waits until it accepts connections."""
 
-    def __init__(self, port: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.http_floor", "--port", str(port)], cwd=REPO)
+    def __init__(self, port: int, dimensions: int = EMBEDDING_DIMENSIONS) -> None:
+        command = ["-m", "scripts.http_floor", "--port", str(port), "--dimensions", str(dimensions)]
+        self.proc = subprocess.Popen([sys.executable, *command], cwd=REPO)
         self.port, self.url = port, f"http://127.0.0.1:{port}"
 
     def __enter__(self) -> FloorServer:

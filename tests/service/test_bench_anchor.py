@@ -73,7 +73,7 @@ def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> No
     """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`;
     an embedding of the served embedder's size per input."""
     from scripts.bench import Connection, free_port
-    from scripts.bench_anchor import EmbeddingsFloor
+    from scripts.http_floor import FloorServer
 
     async def ask() -> list[tuple[int, bytes, int]]:
         conn = Connection("127.0.0.1", floor.port)
@@ -86,7 +86,7 @@ def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> No
         conn.close()
         return answers
 
-    with EmbeddingsFloor(free_port(), 384) as floor:
+    with FloorServer(free_port(), 384) as floor:
         streamed, plain, translated, classified, embedded, unknown = asyncio.run(ask())
     assert streamed[0] == 200 and streamed[2] == 7 and streamed[1].count(b"event: done") == 1
     assert json.loads(plain[1])["usage"]["completion_tokens"] == 7
