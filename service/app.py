@@ -130,7 +130,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(SecurityHeadersMiddleware)  # outermost of all: every response carries them
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
     for module in (translate, generate, completions, classify, embeddings, tei, hf, models, tokenizer):
-        app.include_router(module.router, responses=ERRORS)  # type: ignore[arg-type]
+        app.include_router(module.router, responses=tei.TEI_ERRORS if module is tei else ERRORS)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(metrics_router)
     install_docs(app)

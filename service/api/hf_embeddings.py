@@ -19,6 +19,9 @@ MAX_INPUTS = 2048
 
 
 class FeatureExtractionOptions(Lenient):
+    # An empty or foreign `parameters` is what the other text tasks send: hf_tasks reads it as one of them.
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1, "additionalProperties": False})
+
     normalize: bool | None = Field(None, description="default: the model's own (config.json normalize)")
     prompt_name: None = Field(None, description="not supported: this server's models have no prompts (must be null)")
     truncate: bool | None = Field(None, description=TRUNCATE_DOC)

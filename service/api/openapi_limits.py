@@ -126,6 +126,28 @@ def _logit_bias_rule(vocab: int) -> Schema:
     return {"logit_bias": {"anyOf": [{"type": "null"}, {"propertyNames": {"pattern": decimal_at_most(vocab - 1)}}]}}
 
 
+def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
+    """`dimensions`: the default embedder's size, or fewer where it was trained for them. Token ids: below its
+    vocabulary, and at most its input limit unless the request may truncate (TEI's `truncate`)."""
+    embedder = engine.embedder
+    if embedder is None:
+        return
+    size = embedder.dimensions
+    for component in ("EmbeddingRequest", "EmbedRequest", "FeatureExtractionRequest", "FeatureExtractionOptions"):
+        for member in _integers(components.get(component, {}).get("properties", {}).get("dimensions", {})):
+            member["maximum"] = size
+            if not embedder.artifact.dimensions_truncatable:
+                member["minimum"] = size
+    limit = (embedder.artifact.vocab_size, embedder.max_tokens)
+    if "EmbeddingRequest" in components:  # no truncation in OpenAI's API
+        _bound_token_ids("input")[0](components["EmbeddingRequest"], limit)
+    embed = components.get("EmbedRequest")
+    if embed is not None:
+        _bound_token_ids("inputs")[0](embed, (limit[0], None))
+        truncating = {"properties": {"truncate": {"const": True}}, "required": ["truncate"]}
+        embed.setdefault("allOf", []).append({"if": truncating, "else": {"properties": _bound_token_ids("inputs")[1](limit)}})
+
+
 def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     components: dict[str, Schema] = schema.get("components", {}).get("schemas", {})
     settings = engine.settings
@@ -139,9 +161,14 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
 
     # Items one request may queue (texts, prompts, and for completions prompts x n).
     for component, field in (("TranslateRequest", "text"), ("ClassifyRequest", "text"), ("CompletionRequest", "prompt"),
-                             ("TranslationRequest", "inputs"), ("ClassificationRequest", "inputs")):  # fmt: skip
+                             ("TranslationRequest", "inputs"), ("ClassificationRequest", "inputs"),
+                             ("EmbeddingRequest", "input"), ("EmbedRequest", "inputs"), ("RerankRequest", "texts"),
+                             ("FeatureExtractionRequest", "inputs")):  # fmt: skip
         for array in _item_lists(prop(component, field) or {}):
             array["maxItems"] = settings.max_queue_size
+    for array in _arrays(prop("SimilarityInputs", "sentences") or {}):  # the source sentence is one more
+        array["maxItems"] = settings.max_queue_size - 1
+    _embedding_limits(components, engine)
     completions = components.get("CompletionRequest")
     for branch in _choice_branches(completions or {}):  # prompts x n <= the queue
         n = branch["properties"]["n"]["const"]

@@ -149,6 +149,19 @@ def tei_info(engine: Engine, service: EmbeddingService | ClassificationService |
 TEI_ERROR_TYPES = {429: "Overloaded", 503: "Unhealthy"}
 
 
+class TeiError(BaseModel):
+    """TEI's error body (TeiErrorMiddleware writes it on TEI_PATHS)."""
+
+    error: str = Field(description="the message, prefixed with the field at fault")
+    error_type: str = Field(description="Validation, Overloaded, Unhealthy or Backend")
+    field: str | None = Field(None, description="the request field at fault (ours; TEI has none)")
+
+
+TEI_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": TeiError} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)
+}
+
+
 class TeiErrorMiddleware(ErrorShapeMiddleware):
     """TEI's error body on /embed and /rerank; the message names the field at fault."""
 
