@@ -2,6 +2,8 @@
 
     python -m scripts.evaluate_translation artifacts            # the committed translator
     python -m scripts.evaluate_translation runs/translator/cooldown/export --limit 100
+    python -m scripts.evaluate_translation artifacts --sets all                     # + every test_<source>
+    python -m scripts.evaluate_translation artifacts --sets test_libreoffice,test_debian
 
 The app runs in-process (its real lifespan, routes and engine; httpx on the ASGI app, no socket), so
 the numbers are those of the exported graphs decoded by the server's code with its default settings:
@@ -27,6 +29,7 @@ TEST_SETS = {  # name -> file under data/translation/
     "test_bbe": "test_bbe.jsonl",
     "test_gettext": "test_gettext.jsonl",
 }
+ALL_SETS = "all"  # TEST_SETS plus every other test_*.jsonl in the data folder (per-source held-out sets)
 DECODINGS: dict[str, dict[str, Any]] = {"default": {}, "greedy": {"num_beams": 1, "no_repeat_ngram_size": 0}}
 TEXTS_PER_REQUEST = 16
 
@@ -39,6 +42,28 @@ def has_repeat_loop(tokens: list[int], max_span: int = 4, times: int = 3) -> boo
             if all(tokens[start + k * span : start + (k + 1) * span] == unit for k in range(1, times)):
                 return True
     return False
+
+
+def set_file(name: str) -> str:
+    """The file of a set: TEST_SETS' names, else ``<name>.jsonl`` for a ``test_<source>`` set."""
+    if name in TEST_SETS:
+        return TEST_SETS[name]
+    if name.startswith("test_"):
+        return f"{name}.jsonl"
+    raise ValueError(f"unknown set {name!r}: one of {', '.join(TEST_SETS)}, test_<source> or {ALL_SETS}")
+
+
+def resolve_sets(names: list[str], data_dir: Path) -> tuple[str, ...]:
+    """Expand ``all`` into TEST_SETS plus every other ``test_*.jsonl`` present, sorted; keep the others."""
+    known = set(TEST_SETS.values())
+    extra = sorted(p.stem for p in data_dir.glob("test_*.jsonl") if p.name not in known)
+    out: list[str] = []
+    for name in names:
+        for item in ([*TEST_SETS, *extra] if name == ALL_SETS else [name]):
+            set_file(item)  # unknown names fail here, before the server starts
+            if item not in out:
+                out.append(item)
+    return tuple(out)
 
 
 def read_pairs(path: Path, limit: int | None) -> list[dict[str, str]]:
@@ -84,7 +109,7 @@ async def evaluate(artifacts_dir: Path, data_dir: Path, limit: int | None = None
                              intra_op_threads=threads, inter_op_threads=1, warmup=False,
                              request_timeout_s=3600, max_queue_size=100_000) as client:
         for name in sets:
-            rows = read_pairs(data_dir / TEST_SETS[name], limit)
+            rows = read_pairs(data_dir / set_file(name), limit)
             results[name] = {}
             for decoding, fields in DECODINGS.items():
                 hypotheses = await translate_all(client, [r["src"] for r in rows], fields)
@@ -93,10 +118,11 @@ async def evaluate(artifacts_dir: Path, data_dir: Path, limit: int | None = None
 
 
 def print_table(results: dict[str, Any]) -> None:
-    print(f"{'set':<14}{'decoding':<10}{'BLEU':>7}{'chrF':>7}{'loops':>8}{'n':>6}")
+    width = max([14] + [len(name) + 2 for name in results])  # 14 for the default sets
+    print(f"{'set':<{width}}{'decoding':<10}{'BLEU':>7}{'chrF':>7}{'loops':>8}{'n':>6}")
     for name, by_decoding in results.items():
         for decoding, m in by_decoding.items():
-            print(f"{name:<14}{decoding:<10}{m['bleu']:>7.2f}{m['chrf']:>7.2f}{m['repeat_loop_rate']:>8.1%}"
+            print(f"{name:<{width}}{decoding:<10}{m['bleu']:>7.2f}{m['chrf']:>7.2f}{m['repeat_loop_rate']:>8.1%}"
                   f"{m['sentences']:>6}")
 
 
@@ -106,10 +132,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/translation"))
     parser.add_argument("--limit", type=int, default=None, help="the first N pairs of each set")
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
-    parser.add_argument("--sets", default=",".join(TEST_SETS), help=f"any of {', '.join(TEST_SETS)}")
+    parser.add_argument("--sets", default=",".join(TEST_SETS),
+                        help=f"any of {', '.join(TEST_SETS)}, test_<source> (a test_<source>.jsonl in --data) "
+                             f"or {ALL_SETS} (those and every test_*.jsonl present)")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
-    results = asyncio.run(evaluate(args.artifacts, args.data, args.limit, args.threads, tuple(args.sets.split(","))))
+    sets = resolve_sets(args.sets.split(","), args.data)
+    results = asyncio.run(evaluate(args.artifacts, args.data, args.limit, args.threads, sets))
     print_table(results)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")

@@ -1,6 +1,8 @@
 """Fetch the raw corpora, build every split, train the three tokenizers, write the manifest.
 
-    python -m scripts.prepare_data [--data-dir data]
+    python -m scripts.prepare_data [--data-dir data] [--tasks translation,generation,classification]
+    python -m scripts.prepare_data --tasks translation --no-translator-tokenizer   # translation data only
+
 
 Outputs under the data dir: ``raw/``, ``translation/``, ``generation/``,
 ``classification/``, ``tokenizers/{translator,generator,classifier}.json`` and
@@ -17,15 +19,22 @@ from pathlib import Path
 from model.data import file_entry, read_jsonl
 from model.data.classification import bbc_documents, build_classification, dialog_documents, split_sentences
 from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, update_manifest
+from model.data.parallel_sources import PARALLEL_SOURCES, read_source
 from model.data.generation import build_generation, read_documents
 from model.data.translation import build_translation
 from model.tokenization import DEFAULT_VOCAB_SIZE, TRAINERS
 
 
 def translator_texts(data_dir: Path) -> Iterator[str]:
-    """Each distinct English and French text of the translation train split."""
+    """Each distinct English and French text of the translation train split's Bible and gettext rows.
+
+    The registry sources (``parallel_sources``) are left out, so the translator's tokenizer is the
+    one it was before they were added (the committed translator reuses it).
+    """
     seen: set[str] = set()
     for pair in read_jsonl(data_dir / "translation" / "train.jsonl"):
+        if pair.get("source") in PARALLEL_SOURCES:
+            continue
         for text in (pair["src"], pair["tgt"]):
             if text not in seen:
                 seen.add(text)
@@ -69,22 +78,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--gettext-dir", type=Path, default=GETTEXT_DIR)
+    parser.add_argument("--tasks", default="translation,generation,classification",
+                        help="which data to build (comma-separated); the pinned archives are fetched in any case")
+    parser.add_argument("--no-translator-tokenizer", action="store_true",
+                        help="keep data/tokenizers/translator.json as it is")
     for kind in TRAINERS:
         parser.add_argument(f"--{kind}-vocab", type=int, default=DEFAULT_VOCAB_SIZE)
     args = parser.parse_args()
     data_dir, raw = args.data_dir, args.data_dir / "raw"
     manifest = data_dir / "manifest.json"
 
+    tasks = set(args.tasks.split(","))
+
     update_manifest(manifest, "archives", fetch_all(raw))
-    entries, catalogs = read_gettext_catalogs(args.gettext_dir)
-    update_manifest(manifest, "gettext", catalogs)
+    if "translation" in tasks:
+        entries, catalogs = read_gettext_catalogs(args.gettext_dir)
+        update_manifest(manifest, "gettext", catalogs)
+        parallel = {}
+        for name in PARALLEL_SOURCES:
+            parallel[name], entry = read_source(name, raw / "archives")
+            update_manifest(manifest, "parallel", {name: entry})
+        counts = build_translation(raw / "bible" / "bible.db", entries, data_dir / "translation", parallel=parallel)
+        record_splits(manifest, data_dir, "translation", counts)
+        if not args.no_translator_tokenizer:
+            train_tokenizer("translator", data_dir, args.translator_vocab, manifest)
 
-    counts = build_translation(raw / "bible" / "bible.db", entries, data_dir / "translation")
-    record_splits(manifest, data_dir, "translation", counts)
-    train_tokenizer("translator", data_dir, args.translator_vocab, manifest)
-
-    record_splits(manifest, data_dir, "generation", build_generation(raw / "sotu", data_dir / "generation"))
-    train_tokenizer("generator", data_dir, args.generator_vocab, manifest)
+    if "generation" in tasks:
+        record_splits(manifest, data_dir, "generation", build_generation(raw / "sotu", data_dir / "generation"))
+        train_tokenizer("generator", data_dir, args.generator_vocab, manifest)
+    if "classification" not in tasks:
+        print(f"manifest -> {manifest}")
+        return
 
     speeches = [[s for p in d.split("\n") for s in split_sentences(p)]
                 for d in read_documents(data_dir / "generation" / "train.txt")]

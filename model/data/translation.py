@@ -3,7 +3,9 @@
 The Bible is split by book, so parallel passages cannot leak between splits.
 Valid and test use World English only (one reference per verse); the Basic
 English test pairs go to ``test_bbe``. Clean gettext pairs go to train, except
-a held-out ``test_gettext`` set.
+a held-out ``test_gettext`` set. The registry sources of ``model/data/parallel_sources.py``
+(LibreOffice, Debian applications, games) are appended to train after those rows, each with
+its own held-out ``test_<source>``; the Bible and gettext splits do not depend on them.
 """
 
 from __future__ import annotations
@@ -107,11 +109,31 @@ def gettext_pairs(entries: Iterable[tuple[str, str, str]]) -> list[dict]:
 
 
 def build_translation(db_path: Path, gettext_entries: Iterable[tuple[str, str, str]],
-                      out_dir: Path, seed: int = 0) -> dict[str, dict[str, int]]:
-    """Write ``{train,valid,test,test_bbe,test_gettext}.jsonl``; return pair counts per file."""
+                      out_dir: Path, seed: int = 0,
+                      parallel: dict[str, Iterable[tuple[str, str, str]]] | None = None) -> dict[str, dict[str, int]]:
+    """Write ``{train,valid,test,test_bbe,test_gettext}.jsonl``; return pair counts per file.
+
+    ``parallel`` ({source: (catalog, msgid, msgstr) triples}, see ``parallel_sources``) adds its
+    cleaned pairs at the end of train and writes ``test_<source>.jsonl``; every English string
+    of the Bible and gettext splits is excluded from them, and those splits stay as they were.
+    """
     splits = split_bible(p for source in SOURCE_VERSIONS for p in read_bible_pairs(db_path, source))
     extra = gettext_pairs(gettext_entries)
     random.Random(seed).shuffle(extra)
     splits["test_gettext"] = extra[:GETTEXT_TEST_SIZE]
     splits["train"] += extra[GETTEXT_TEST_SIZE:]
-    return {f"{name}.jsonl": {"pairs": write_jsonl(out_dir / f"{name}.jsonl", splits[name])} for name in SPLITS}
+    names = list(SPLITS)
+    if parallel:
+        from model.data.parallel_sources import parallel_splits
+
+        existing = [pair["src"] for name in SPLITS for pair in splits[name]]
+        new_splits, stats = parallel_splits(parallel, existing)
+        splits["train"] += new_splits.pop("train")
+        splits |= new_splits
+        names += list(new_splits)
+    counts = {f"{name}.jsonl": {"pairs": write_jsonl(out_dir / f"{name}.jsonl", splits[name])} for name in names}
+    if parallel:  # each held-out file also records its source's catalog entries, clean pairs and train pairs
+        for source, stat in stats.items():
+            counts[f"test_{source}.jsonl"] |= {"source_entries": stat["entries"], "source_clean": stat["clean"],
+                                               "source_kept": stat["kept"], "source_train": stat["train"]}
+    return counts

@@ -17,9 +17,18 @@ from model.data.classification import (
     split_sentences,
 )
 from model.data.generation import DOC_SEPARATOR, clean_speech, read_documents, speech_split, write_documents
+from model.data.parallel_sources import (
+    PARALLEL_SOURCES,
+    clean_ui_pair,
+    english_key,
+    looks_untranslated,
+    parallel_splits,
+    strip_accelerators,
+)
 from model.data.translation import (
     TEST_BOOKS,
     VALID_BOOKS,
+    build_translation,
     clean_gettext_pair,
     clean_verse,
     gettext_pairs,
@@ -94,6 +103,114 @@ def test_gettext_dedup() -> None:
     entries = [("a", "Could not open the file.", "Impossible d'ouvrir."),
                ("b", "could not open the file", "Impossible d'ouvrir le fichier")]
     assert len(gettext_pairs(entries)) == 1
+
+
+def test_strip_accelerators() -> None:
+    assert strip_accelerators("_Open the file") == "Open the file"
+    assert strip_accelerators("Save &As another") == "Save As another"
+    assert strip_accelerators("Sa~ve the document") == "Save the document"
+    assert strip_accelerators("Ouvrir le fichier (_O)") == "Ouvrir le fichier"
+    assert strip_accelerators("Tom & Jerry") == "Tom & Jerry"  # a lone ampersand is no accelerator
+
+
+@pytest.mark.parametrize(("msgid", "msgstr", "expected"), [
+    ("_Open the selected file", "_Ouvrir le fichier sélectionné",
+     ("Open the selected file", "Ouvrir le fichier sélectionné")),
+    ("Save &As a new document", "Enregistrer &sous un nouveau document",
+     ("Save As a new document", "Enregistrer sous un nouveau document")),
+    ("Copy &amp; paste the text", "Copier et coller le texte",
+     ("Copy and paste the text", "Copier et coller le texte")),
+    ("Could not open %s for reading", "Impossible d'ouvrir %s en lecture", None),  # placeholders
+    ("Could not open %1 for reading", "Impossible d'ouvrir %1 en lecture", None),
+    ("Hello {name}, welcome back", "Bonjour {name}, bon retour", None),
+    ("Install to $HOME directory now", "Installer dans le dossier $HOME", None),
+    ("Uses <b>bold</b> text here", "Utilise du texte <b>gras</b> ici", None),  # markup
+    ("See https://example.org for help", "Voir https://example.org pour l'aide", None),
+    ("First line\nSecond line here", "Première ligne\nDeuxième ligne", None),
+    ("Open file", "Ouvrir le fichier", None),  # under 3 words
+    (" ".join(["word"] * 41), " ".join(["mot"] * 41), None),  # over 40 words
+    ("Apply the changes now", "Apply the changes now", None),  # not translated
+    ("Show the main window", "Show the main fenêtre", None),  # mostly English
+    ("Delete the selected item", "Удалить выбранный элемент", None),  # not Latin script
+    ("Delete the selected item from the list", "Supprimer", None),  # length ratio
+    ("Delete it now", "Supprimer immédiatement et définitivement cet élément de la liste", None),
+    ("3 files were copied", "3 fichiers ont été copiés", None),  # starts with a digit
+    ("Choose Edit ▸ Preferences first", "Choisissez Édition ▸ Préférences", None),  # symbols
+    ("Rotate by 90° clockwise", "Pivoter de 90° en sens horaire", None),
+    ("Notify every user", "Avertir chaque utilisateur·rice", None),
+    ("Use a built\u2011in profile", "Utiliser un profil pré\u2010défini", ("Use a built-in profile",
+                                                                    "Utiliser un profil pré-défini")),
+])
+def test_clean_ui_pair(msgid: str, msgstr: str, expected: tuple[str, str] | None) -> None:
+    assert clean_ui_pair(msgid, msgstr) == expected
+
+
+def test_looks_untranslated() -> None:
+    assert looks_untranslated("Show the main window", "Show the main window.")
+    assert not looks_untranslated("Show the main window", "Afficher la fenêtre principale")
+
+
+def test_english_key() -> None:
+    assert english_key("Could not open the file.") == english_key("could not open the file") \
+        == english_key("Could NOT open the file :")
+
+
+def _entries(source: str, n: int) -> list[tuple[str, str, str]]:
+    return [(f"{source}-cat", f"Open the {source} document number {i}", f"Ouvrir le document {source} numéro {i}")
+            for i in range(n)]
+
+
+def test_parallel_splits_dedup_and_held_out() -> None:
+    shared = ("cat", "Could not save the current file.", "Impossible d'enregistrer le fichier actuel.")
+    again = ("other", "could not save the current file", "Échec de l'enregistrement du fichier actuel")
+    excluded = ("cat", "Grace to you and peace.", "Que la grâce et la paix vous soient données.")
+    sources = {"alpha": _entries("alpha", 30) + [shared, excluded, ("cat", "Too short", "Trop court")],
+               "beta": _entries("beta", 30) + [again, shared]}
+    splits, stats = parallel_splits(sources, exclude=["Grace to you and peace"], test_size=5)
+    assert set(splits) == {"train", "test_alpha", "test_beta"}
+    assert stats["alpha"] == {"entries": 33, "clean": 32, "kept": 31, "test": 5, "train": 26}
+    assert stats["beta"] == {"entries": 32, "clean": 32, "kept": 30, "test": 5, "train": 25}
+    rows = [r for rows in splits.values() for r in rows]
+    keys = [english_key(r["src"]) for r in rows]
+    assert len(keys) == len(set(keys))  # one row per English string, across sources and splits
+    assert english_key(shared[1]) in keys and english_key(excluded[1]) not in keys
+    assert next(r for r in rows if english_key(r["src"]) == english_key(shared[1]))["source"] == "alpha"
+    train = {english_key(r["src"]) for r in splits["train"]}
+    for name in ("test_alpha", "test_beta"):
+        assert not train & {english_key(r["src"]) for r in splits[name]}
+        assert {r["source"] for r in splits[name]} == {name.removeprefix("test_")}
+    # the held-out choice depends on the strings only, not on their order
+    reordered = {name: list(reversed(entries)) for name, entries in reversed(sources.items())}
+    again_splits, _ = parallel_splits(dict(reversed(reordered.items())), exclude=["Grace to you and peace"],
+                                      test_size=5)
+    assert again_splits["test_alpha"] == splits["test_alpha"] and again_splits["test_beta"] == splits["test_beta"]
+
+
+def test_build_translation_keeps_existing_splits(tmp_path: Path) -> None:
+    make_bible(tmp_path / "bible.db")
+    gettext = [("dom", f"Could not read the file number {i}", f"Impossible de lire le fichier numéro {i}")
+               for i in range(600)]
+    base = build_translation(tmp_path / "bible.db", gettext, tmp_path / "base")
+    parallel = {"alpha": _entries("alpha", 40) + [("c", gettext[0][1], "Lecture impossible du fichier 0")]}
+    wider = build_translation(tmp_path / "bible.db", gettext, tmp_path / "wider", parallel=parallel)
+    for name in ("valid.jsonl", "test.jsonl", "test_bbe.jsonl", "test_gettext.jsonl"):
+        assert (tmp_path / "base" / name).read_bytes() == (tmp_path / "wider" / name).read_bytes()
+        assert base[name] == wider[name]
+    old_train = (tmp_path / "base" / "train.jsonl").read_text()
+    assert (tmp_path / "wider" / "train.jsonl").read_text().startswith(old_train)  # new pairs appended
+    assert wider["train.jsonl"]["pairs"] == base["train.jsonl"]["pairs"] + 40 - 40 // 2
+    assert wider["test_alpha.jsonl"] == {"pairs": 20, "source_entries": 41, "source_clean": 41, "source_kept": 40,
+                                         "source_train": 20}
+    new = list(read_jsonl(tmp_path / "wider" / "test_alpha.jsonl"))
+    assert {r["source"] for r in new} == {"alpha"} and all(r["book"] == "alpha-cat" for r in new)
+
+
+def test_parallel_sources_are_pinned() -> None:
+    for name, archives in PARALLEL_SOURCES.items():
+        assert archives, name
+        for archive in archives:
+            assert archive.registry in {"debian", "pypi"} and len(archive.sha256) == 64
+            assert ("=" in archive.spec) and archive.archive.endswith((".deb", ".whl"))
 
 
 def test_generation_cleaning_and_split(tmp_path: Path) -> None:
