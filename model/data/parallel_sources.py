@@ -176,14 +176,36 @@ def _latin_only(text: str) -> bool:
     return all("LATIN" in unicodedata.name(c, "") for c in text if _LETTER.match(c))
 
 
+_FRENCH_WORDS = frozenset(
+    "le la les l de du des d un une et à au aux pour par sur dans avec est sont ne pas n que qu qui ce cette "
+    "ces se s son sa ses vous votre vos il elle nous ou être été".split()
+)
+
+
 def looks_untranslated(src: str, tgt: str) -> bool:
-    """True when most of the French words are the English ones (a catalog entry left in English)."""
+    """True when most of the French words are the English ones and none is a French function word
+    (a catalog entry left in English; "Le type du test T." for "The type of the T test." is kept)."""
     src_words = {w.casefold() for w in re.findall(r"\w+", src)}
     tgt_words = [w.casefold() for w in re.findall(r"\w+", tgt)]
     if not tgt_words:
         return True
     shared = sum(w in src_words for w in tgt_words)
-    return shared / len(tgt_words) > 0.5
+    return shared / len(tgt_words) > 0.5 and not _FRENCH_WORDS.intersection(tgt_words)
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+def paragraph_pairs(msgid: str, msgstr: str) -> list[tuple[str, str]]:
+    """A multi-paragraph entry as one pair per paragraph when both sides have as many paragraphs
+    (a line break inside a paragraph becomes a space), else the entry as it is."""
+    if "\n" not in msgid:
+        return [(msgid, msgstr)]
+    src = [p for p in _PARAGRAPH_BREAK.split(msgid) if p.strip()]
+    tgt = [p for p in _PARAGRAPH_BREAK.split(msgstr) if p.strip()]
+    if len(src) != len(tgt):
+        return [(msgid, msgstr)]
+    return [(s.replace("\n", " "), t.replace("\n", " ")) for s, t in zip(src, tgt)]
 
 
 def clean_ui_pair(msgid: str, msgstr: str) -> tuple[str, str] | None:
@@ -291,6 +313,9 @@ def parallel_splits(sources: dict[str, Iterable[tuple[str, str, str]]], exclude:
                     test_size: int = TEST_SIZE) -> tuple[dict[str, list[dict]], dict[str, dict[str, int]]]:
     """Clean, de-duplicate and split the new sources.
 
+    A multi-paragraph entry gives one pair per clean paragraph (:func:`paragraph_pairs`), so
+    ``clean`` counts pairs, not entries.
+
     ``sources`` maps a source name to its (catalog, msgid, msgstr) triples, in priority order: an
     English string (:func:`english_key`) is kept once, from the first source and the first
     catalog (sorted) that has it; strings in ``exclude`` (every English string of the existing
@@ -306,15 +331,16 @@ def parallel_splits(sources: dict[str, Iterable[tuple[str, str, str]]], exclude:
         rows, raw, clean = [], 0, 0
         for domain, msgid, msgstr in sorted(set(triples)):
             raw += 1
-            cleaned = clean_ui_pair(msgid, msgstr)
-            if cleaned is None:
-                continue
-            clean += 1
-            key = english_key(cleaned[0])
-            if key in seen:
-                continue
-            seen.add(key)
-            rows.append({"src": cleaned[0], "tgt": cleaned[1], "book": domain, "source": name})
+            for src, tgt in paragraph_pairs(msgid, msgstr):
+                cleaned = clean_ui_pair(src, tgt)
+                if cleaned is None:
+                    continue
+                clean += 1
+                key = english_key(cleaned[0])
+                if key in seen:
+                    continue
+                seen.add(key)
+                rows.append({"src": cleaned[0], "tgt": cleaned[1], "book": domain, "source": name})
         size = min(test_size, len(rows) // 2)  # a small source keeps at least half for train
         held = set(sorted((english_key(r["src"]) for r in rows), key=_rank)[:size])
         splits[f"test_{name}"] = [r for r in rows if english_key(r["src"]) in held]

@@ -22,6 +22,7 @@ from model.data.parallel_sources import (
     clean_ui_pair,
     english_key,
     looks_untranslated,
+    paragraph_pairs,
     parallel_splits,
     strip_accelerators,
 )
@@ -147,7 +148,16 @@ def test_clean_ui_pair(msgid: str, msgstr: str, expected: tuple[str, str] | None
 
 def test_looks_untranslated() -> None:
     assert looks_untranslated("Show the main window", "Show the main window.")
+    assert looks_untranslated("Show the main window", "Show the main fenêtre")
     assert not looks_untranslated("Show the main window", "Afficher la fenêtre principale")
+    assert not looks_untranslated("The type of the T test.", "Le type du test T.")  # cognates, French words
+
+
+def test_paragraph_pairs() -> None:
+    assert paragraph_pairs("One line only", "Une seule ligne") == [("One line only", "Une seule ligne")]
+    assert paragraph_pairs("First part here.\n\nSecond part,\nwrapped.", "Première partie.\n\nSeconde,\nsuite.") \
+        == [("First part here.", "Première partie."), ("Second part, wrapped.", "Seconde, suite.")]
+    assert paragraph_pairs("A.\n\nB.", "A et B.") == [("A.\n\nB.", "A et B.")]  # paragraphs do not match
 
 
 def test_english_key() -> None:
