@@ -60,6 +60,16 @@ class Classifier(nn.Module):
             weights.append(w)
         return self.ln_f(x), weights
 
+    def layer_depth(self, name: str) -> tuple[int, int]:
+        """(depth, top) of a parameter for layer-wise rate decay: the embeddings are 0, layer i is i + 1,
+        everything above the last layer (final norm, pooler, heads) is the top, n_layers + 1."""
+        top = self.config.n_layers + 1
+        if name.startswith("layers."):
+            return int(name.split(".")[1]) + 1, top
+        if name.startswith(("tok_emb.", "seg_emb.", "pos.", "ln_emb.")):
+            return 0, top
+        return top, top
+
     def pooled(self, hidden: Tensor) -> Tensor:
         return self.dropout(self.pooler(hidden[:, 0]))  # the [CLS] position
 

@@ -40,6 +40,19 @@ class FineTuneRecipe:
     warmup_share: float = 0.1
     minutes: float = 90.0  # a cap; the step budget (epochs) normally ends first
     seed: int = 0
+    layer_decay: float = 1.0  # layer-wise rate decay (model/training.TrainSettings); 1.0: one rate for all
+    pooling: str = "cls"  # what the head reads: BERT's pooler on [CLS], or the mean of the token states
+
+
+@dataclass
+class TaptRecipe:
+    """Task-adaptive pretraining (Gururangan et al. 2020): MiniLM's masked-language modelling continued
+    on the training sentences' text (labels unused; validation and test text never seen)."""
+
+    steps: int = 0  # 0: none
+    lr: float = 1e-4
+    batch_size: int = 128
+    seed: int = 0
 
 
 def fetch_minilm(data_dir: Path) -> Path:
@@ -70,23 +83,70 @@ def cross_domain_examples(raw_dir: Path) -> list[dict[str, Any]]:
     return labelled_examples(read_ground_truth(raw_dir / "hutto" / CROSS_DOMAIN_FILE))
 
 
+def adapt_to_task(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: Path, recipe: TaptRecipe,
+                  device: str = "cpu") -> dict[str, Any]:
+    """Continue ``model``'s MLM on the training split's sentences, in place (the last weights are kept:
+    the rate decays to zero, and validation MLM loss only reports)."""
+    from model.tasks.classification import MaskedLMTask, read_labelled
+    from model.training import TrainSettings, train
+
+    texts = {split: [r["text"] for r in read_labelled(data_dir / "classification" / f"{split}.jsonl")]
+             for split in ("train", "valid")}
+    task = MaskedLMTask(texts["train"], texts["valid"], tokenizer, model.config.special_tokens,
+                        batch_size=recipe.batch_size)
+    settings = TrainSettings(minutes=90.0, max_steps=recipe.steps, lr=recipe.lr, device=device,
+                             warmup_steps=max(1, recipe.steps // 10), eval_every=max(1, recipe.steps // 4),
+                             seed=recipe.seed)
+    torch.manual_seed(recipe.seed)
+    state = train(model, task, run_dir, settings, resume=False)
+    return {"minutes": state.elapsed_s / 60, "steps": state.step, "history": state.history}
+
+
 def finetune(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: Path, recipe: FineTuneRecipe,
-             resume: bool = True) -> dict[str, Any]:
+             resume: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Fine-tune ``model`` in place with our FineTuneTask and training loop; loads the best checkpoint."""
     from model.tasks.classification import FineTuneTask
     from model.training import TrainSettings, load_weights, train
 
     task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
                         batch_size=recipe.batch_size, max_len=recipe.max_len)
+    model.config.pooling = recipe.pooling
     steps = recipe.epochs * task.steps_per_epoch()
-    settings = TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr,
-                             warmup_steps=max(1, int(recipe.warmup_share * steps)),
+    settings = TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr, device=device,
+                             warmup_steps=max(1, int(recipe.warmup_share * steps)), layer_decay=recipe.layer_decay,
                              eval_every=max(1, task.steps_per_epoch() // 2), seed=recipe.seed)
     torch.manual_seed(recipe.seed)
     state = train(model, task, run_dir, settings, resume=resume)
     load_weights(model, run_dir / "best.safetensors")
+    model.to(device)
     model.eval()
     return {"task": task, "minutes": state.elapsed_s / 60, "steps": state.step, "history": state.history}
+
+
+def chosen_weights(model: Classifier, tokenizer: Tokenizer, data_dir: Path, weights: Path) -> dict[str, Any]:
+    """Load the weights scripts/tune_classifier.py chose into ``model`` (in place) with the record of that
+    search, read from the chosen.json and results.json beside them."""
+    from safetensors.torch import load_file
+
+    from model.tasks.classification import FineTuneTask
+
+    chosen = json.loads((weights.parent / "chosen.json").read_text())
+    results = json.loads((weights.parent / "results.json").read_text())
+    model.config.pooling = chosen["recipe"]["pooling"]
+    state = {k: v.float() for k, v in load_file(str(weights)).items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [m for m in missing if not m.startswith(("nsp_head.", "mlm_"))]:
+        raise ValueError(f"{weights} does not match the classifier: missing {missing}, unexpected {unexpected}")
+    model.eval()
+    task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
+                        batch_size=chosen["recipe"]["batch_size"], max_len=chosen["recipe"]["max_len"])
+    runs = [r for r in results["runs"] if r["recipe"] | {"seed": None} == chosen["recipe"] | {"seed": None}]
+    search = {"search": {"device": results["device"], "minutes": results["minutes"], "runs": len(results["runs"]),
+                         "chosen": chosen, "configs": results["configs"], "soups": results["soups"],
+                         "tapt": results["tapt"], "command": "python -m scripts.tune_classifier --device cuda"}}
+    return {"task": task, "minutes": sum(r["wall_s"] for r in runs) / 60 / max(1, len(runs)),
+            "steps": runs[0]["steps"] if runs else 0, "history": [], "hardware": f"{results['device']} (lent GPU)",
+            "recipe": chosen["recipe"] | {"tapt": chosen["tapt"], "soup_of_seeds": chosen["soup"]}, **search}
 
 
 def artifact_accuracy(artifact: Path, rows: list[dict[str, Any]], batch: int = 64) -> dict[str, float]:

@@ -34,8 +34,12 @@ class RecipeArgs:
     eval_limit: int | None = None  # evaluate on the first N test items (None = all)
     cooldown_minutes: float = 0.0  # > 0: branch a cooldown off the stable run, evaluate it, write its card
     artifacts_dir: Path = Path("artifacts")  # where committed weights are recovered from on a fresh machine
-    device: str = "cpu"  # stable segments may run on "cuda" (scripts/gpu_train.py); cooldowns and evaluation on the CPU
+    device: str = "cpu"  # training may run on "cuda" (scripts/gpu_train.py); evaluation runs on the CPU
     jobs: int = 1  # processes for independent runs (the classifier's fine-tuning ablation), one thread each
+    # A cooldown in two places: "train" decays the branch and stops (on a GPU without the server's
+    # dependencies), "evaluate" takes the decayed branch as it is and evaluates it; "both" does both here.
+    cooldown_phase: str = "both"
+    batch_tokens: int = 4096  # the translator's tokens per batch (source + target)
 
 
 def hardware() -> str:
@@ -132,11 +136,20 @@ def run_stable_or_cooldown(args: RecipeArgs, model: nn.Module, task: Any, start:
         model.cpu()
         if not args.tiny:
             return None
-    branch = cooldown_branch(args.run_dir)
     minutes = args.cooldown_minutes or args.minutes
-    settings = replace(stable, schedule="cooldown", minutes=minutes,
+    settings = replace(stable, schedule="cooldown", minutes=minutes, device=args.device,
                        max_steps=stable.max_steps + (stable.max_steps if args.tiny else 10**9))
-    state = train(model, task, branch, settings, resume=True, origin=f"cooldown branched off {args.run_dir}/last")
+    branch = args.run_dir / "cooldown"
+    if args.cooldown_phase == "evaluate":
+        saved = torch.load(branch / "resume.pt", weights_only=False)["state"]
+        state = TrainState(**saved)
+        settings = replace(settings, minutes=state.segments[-1]["minutes"], device=state.segments[-1].get("device", "cpu"))
+    else:
+        branch = cooldown_branch(args.run_dir)
+        state = train(model, task, branch, settings, resume=True, origin=f"cooldown branched off {args.run_dir}/last")
+        if args.cooldown_phase == "train":
+            return None
+    model.cpu()
     load_weights(model, branch / "last.safetensors")  # the end of the decay is what gets evaluated
     shutil.copyfile(branch / "last.safetensors", branch / "best.safetensors")  # ... and exported
     model.eval()
@@ -159,7 +172,7 @@ def train_translator(args: RecipeArgs) -> None:
         # Stable rate of the wsd schedule; the short warm-up also re-warms weights recovered from an artifact.
         settings = TrainSettings(minutes=args.minutes, lr=1e-3, warmup_steps=200, eval_every=200, schedule="wsd")
     model = start.weights or Translator(config)
-    task = TranslationTask(args.data_dir / "translation", tokenizer, special, max_tokens=4096,
+    task = TranslationTask(args.data_dir / "translation", tokenizer, special, max_tokens=args.batch_tokens,
                            label_smoothing=config.label_smoothing)
     finished = run_stable_or_cooldown(args, model, task, start, settings)
     if finished is None:

