@@ -125,15 +125,30 @@ def device(minutes: float, cooldown: float, batch_tokens: int, wait_minutes: flo
         time.sleep(5)
     if chosen.exists():
         split(chosen, out)
+        (RESULTS / "classifier-returned").touch()
+    records(out)
+
+
+def records(out: Path) -> None:
     with tarfile.open(out / "records.tgz", "w:gz") as tar:
         for name in ("tune.log", "translator.log", "tune/results.json", "tune/chosen.json", "tune/runs.jsonl"):
             if (RESULTS / name).exists():
                 tar.add(RESULTS / name, arcname=Path(name).name)
 
 
-def rest(out: Path) -> None:
+def rest(wait_minutes: float, out: Path) -> None:
+    """The translator's stable run; and the classifier's search, if it had not finished in the last call."""
     for f in (RESULTS / "keep").glob("*"):
         shutil.copyfile(f, out / f.name)
+    chosen = RESULTS / "tune" / "chosen.safetensors"
+    if (RESULTS / "classifier-returned").exists():
+        return
+    deadline = time.monotonic() + wait_minutes * 60
+    while not (RESULTS / "tune" / "chosen.json").exists() and time.monotonic() < deadline:
+        time.sleep(5)
+    if chosen.exists():
+        split(chosen, out)
+    records(out)
 
 
 def unpack(folder: Path, runs: Path, into: Path) -> None:
@@ -173,7 +188,8 @@ def main() -> None:
     d.add_argument("--batch-tokens", type=int, default=8192)
     d.add_argument("--wait", type=float, default=2.0, help="minutes to wait for the classifier's search after")
     d.add_argument("--train-device", default="cuda", help="cpu: a smoke test of the plumbing")
-    sub.add_parser("rest")
+    r = sub.add_parser("rest")
+    r.add_argument("--wait", type=float, default=0.0, help="minutes to wait for the classifier's search")
     u = sub.add_parser("unpack")
     u.add_argument("folder", type=Path)
     u.add_argument("--runs", type=Path, default=Path("runs"))
@@ -189,7 +205,7 @@ def main() -> None:
     elif args.step == "device":
         device(args.minutes, args.cooldown, args.batch_tokens, args.wait, args.train_device, out)
     elif args.step == "rest":
-        rest(out)
+        rest(args.wait, out)
     else:
         unpack(args.folder, args.runs, args.into)
 
