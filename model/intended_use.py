@@ -74,7 +74,9 @@ RECORDS: dict[str, IntendedUse] = {
         intended_use="English -> French translation of short sentences in the style of Bible verses and "
                      "software interface strings; a model trained from scratch for demonstration, not a "
                      "general-purpose translator",
-        domains=("Bible verses (English -> Louis Segond 1910 French)", "software UI strings (Debian gettext catalogs)"),
+        domains=("Bible verses (English -> Louis Segond 1910 French)",
+                 "software UI strings and help texts (the French gettext catalogs of Debian packages: system "
+                 "tools, LibreOffice, desktop applications, two games)"),
         out_of_scope=(
             "everyday conversation, travel, shopping, news: words outside Bible and UI vocabulary come back "
             "invented, dropped or replaced by a Bible or UI word",

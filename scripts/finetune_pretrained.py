@@ -124,6 +124,7 @@ def main() -> None:
     }
     write_card(args.out, card)
     refresh_card(args.out, args.threads or 2)  # its intended use and its answers outside the training domains
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps({"results": results, "better_on_validation": better,
                       "minutes": round((time.time() - started) / 60, 1)}, indent=2))
