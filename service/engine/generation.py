@@ -213,7 +213,7 @@ class PromptBatch:
             n = len(row.seq.prompt_ids)
             self.ids[b, S - n :] = row.seq.prompt_ids
             self.mask[b, S - n :] = 1
-        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_heads, model.artifact.d_head)
+        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_kv_heads, model.artifact.d_head)
         self.fed = 0  # columns already in the cache
         # Attention maps are cut from one whole-prompt call: such a batch is never split.
         self.attention = any(r.params.return_attention for r in rows)

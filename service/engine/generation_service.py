@@ -76,7 +76,7 @@ class GenerationService(TaskService[GenerationSequence]):
         super().__init__(artifact, settings)
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
-        shape = (artifact.n_decoder_layers, artifact.n_heads, artifact.d_head)
+        shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
         self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)
 

@@ -83,6 +83,12 @@ class Artifact:
         return self.dims["n_heads"]
 
     @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads per layer: what the KV cache holds (fewer than n_heads with grouped-query
+        attention; config.json states dims.n_kv_heads only then)."""
+        return self.dims.get("n_kv_heads", self.dims["n_heads"])
+
+    @property
     def d_head(self) -> int:
         return self.dims["d_head"]
 
@@ -174,6 +180,9 @@ def load_artifact(folder: Path) -> Artifact:
     for key in ("n_heads", "d_head", *contract.layer_dims):
         if not isinstance(dims.get(key), int) or dims[key] <= 0:
             raise ArtifactError(f"{where}: dims.{key} must be a positive integer")
+    kv_heads = dims.get("n_kv_heads", dims["n_heads"])
+    if not isinstance(kv_heads, int) or kv_heads <= 0 or dims["n_heads"] % kv_heads:
+        raise ArtifactError(f"{where}: dims.n_kv_heads must be a positive integer dividing dims.n_heads")
     specials = _require(data, "special_tokens", dict, where)
     for key in contract.special_tokens:
         if not isinstance(specials.get(key), int):
