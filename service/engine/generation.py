@@ -110,8 +110,9 @@ class GenerationModel:
         self.decode_time = metrics.decode_time.labels(name)
         self.vocab_size = artifact.vocab_size
         self.eos = artifact.special_tokens["eos"]
+        self.end_tokens = np.asarray(artifact.end_tokens, dtype=np.int64)  # eos, or all of a model's end tokens
         self.pad = artifact.special_tokens["pad"]
-        self.special_ids = set(artifact.special_tokens.values())
+        self.special_ids = set(artifact.special_tokens.values()) | set(artifact.end_tokens)
         self.n_layers = artifact.n_decoder_layers
         self.present = kv_names(PRESENT, self.n_layers)
         names = layer_names(ATTENTIONS, self.n_layers)
@@ -268,7 +269,7 @@ class GenerationBatch(SequenceBatch[_Row]):
         m = self.model
         choice = choose(self.chooser, logits)
         self.chooser.observe(choice.tokens)
-        codes = self.stops.update(choice.tokens, m.eos).tolist()
+        codes = self.stops.update(choice.tokens, m.end_tokens).tolist()
         self.next_ids[:, 0] = choice.tokens
         emits: list[Emit] = []
         now = time.perf_counter()

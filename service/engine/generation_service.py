@@ -129,8 +129,9 @@ class GenerationService(TaskService[GenerationSequence]):
         The clamp comes before the server cap (SERVE_MAX_NEW_TOKENS): a budget beyond the context means "as
         much as fits", and only what fits must be within the cap."""
         room = self.artifact.max_positions - len(prompt_ids)
-        if requested is None:
-            return max(1, min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens, room))
+        if requested is None:  # the model's own default (generation_config.json) where it has one
+            default = self.artifact.generation_defaults.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+            return max(1, min(default, self.settings.max_new_tokens, room))
         if requested > room:
             if self.settings.strict_max_tokens:
                 raise InvalidInput(

@@ -15,6 +15,8 @@ from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
+# config.json "generation_defaults" keys: a generator's defaults (SamplingParams names, and max_new_tokens).
+GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 
 
 class ArtifactError(ValueError):
@@ -77,10 +79,19 @@ class Artifact:
     normalize: bool = False
     dimensions_truncatable: bool = False
     weights_package: WeightsPackage | None = None  # graph weights an installed package ships
+    # A generator's end tokens when more than special_tokens.eos (config.json "eos_token_ids", from an imported
+    # checkpoint's generation_config.json), and its default sampling settings ("generation_defaults").
+    eos_token_ids: tuple[int, ...] = ()
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_heads(self) -> int:
         return self.dims["n_heads"]
+
+    @property
+    def end_tokens(self) -> tuple[int, ...]:
+        """Every token that ends a generation (special_tokens.eos unless eos_token_ids lists them)."""
+        return self.eos_token_ids or (self.special_tokens["eos"],)
 
     @property
     def n_kv_heads(self) -> int:
@@ -225,6 +236,14 @@ def load_artifact(folder: Path) -> Artifact:
     pooling = data.get("pooling")
     if pooling is not None and pooling not in POOLING_MODES:
         raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
+    eos_token_ids = data.get("eos_token_ids", [])
+    if not isinstance(eos_token_ids, list) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
+                                                      for t in eos_token_ids):
+        raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
+    generation_defaults = data.get("generation_defaults", {})
+    unknown = set(generation_defaults) - set(GENERATION_DEFAULTS) if isinstance(generation_defaults, dict) else {"?"}
+    if unknown:
+        raise ArtifactError(f"{where}: generation_defaults must be an object of {', '.join(GENERATION_DEFAULTS)}")
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -247,4 +266,6 @@ def load_artifact(folder: Path) -> Artifact:
         normalize=data.get("normalize", False),
         dimensions_truncatable=data.get("dimensions_truncatable", False),
         weights_package=weights_package,
+        eos_token_ids=tuple(eos_token_ids),
+        generation_defaults=dict(generation_defaults),
     )
