@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hf_checkpoints import DECODER_CHECKPOINTS
@@ -126,3 +127,22 @@ async def test_generation_config_end_tokens_and_default_length(serving_decoders:
     assert r.status_code == 200, r.text
     assert r.json()["finish_reason"] == "eos"
     assert [t["id"] for t in r.json()["tokens"]] == drawn[:cut]
+
+
+async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decoder_imports: Path) -> None:
+    """Every query head's map (grouped-query: 4 query heads over 2 key/value heads), as transformers' eager
+    attention computes it over the tokens fed."""
+    model = reference(hf_decoder_imports, "llama3")
+    async with serving_decoders(models="llama3") as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[2], "max_new_tokens": 4, "temperature": 0,
+                                                      "ignore_eos": True, "return_attention": True, "model": "llama3"})
+    assert r.status_code == 200, r.text
+    attention = r.json()["attention"]
+    layers = np.array(attention["layers"])  # [L, H, n, n] over the tokens fed
+    tok = Tokenizer.from_file(str(hf_decoder_imports / "artifacts" / "llama3" / "tokenizer.json"))
+    fed = torch.tensor([[tok.token_to_id(t) for t in attention["tokens"]]])
+    with torch.no_grad():
+        theirs = model(fed, output_attentions=True).attentions
+    expected = np.stack([a[0].numpy() for a in theirs])
+    assert layers.shape == expected.shape == (2, 4, fed.shape[1], fed.shape[1])
+    assert np.abs(layers - expected).max() < 1e-3
