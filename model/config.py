@@ -87,6 +87,7 @@ class GeneratorConfig(TransformerConfig):
     # From an imported checkpoint's generation_config.json (model/generation_config.py), written to config.json:
     eos_token_ids: list[int] = field(default_factory=list)  # every end token; empty: special_tokens["eos"] alone
     generation_defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ..., max_new_tokens
+    bad_words_ids: list[list[int]] = field(default_factory=list)  # single tokens never generated
     kind = "generator"
 
 

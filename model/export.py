@@ -375,6 +375,8 @@ def build_config(
             out["eos_token_ids"] = list(config.eos_token_ids)
         if config.generation_defaults:
             out["generation_defaults"] = dict(config.generation_defaults)
+        if config.bad_words_ids:
+            out["bad_words_ids"] = [list(w) for w in config.bad_words_ids]
     return out | (extra or {})
 
 

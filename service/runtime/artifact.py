@@ -83,6 +83,7 @@ class Artifact:
     # checkpoint's generation_config.json), and its default sampling settings ("generation_defaults").
     eos_token_ids: tuple[int, ...] = ()
     generation_defaults: dict[str, Any] = field(default_factory=dict)
+    banned_token_ids: tuple[int, ...] = ()  # config.json "bad_words_ids" ([[id], ...]): never generated
 
     @property
     def n_heads(self) -> int:
@@ -240,6 +241,11 @@ def load_artifact(folder: Path) -> Artifact:
     if not isinstance(eos_token_ids, list) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
                                                       for t in eos_token_ids):
         raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
+    bad_words = data.get("bad_words_ids", [])
+    if not isinstance(bad_words, list) or not all(
+            isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < data["vocab_size"]
+            for w in bad_words):
+        raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
     generation_defaults = data.get("generation_defaults", {})
     unknown = set(generation_defaults) - set(GENERATION_DEFAULTS) if isinstance(generation_defaults, dict) else {"?"}
     if unknown:
@@ -268,4 +274,5 @@ def load_artifact(folder: Path) -> Artifact:
         weights_package=weights_package,
         eos_token_ids=tuple(eos_token_ids),
         generation_defaults=dict(generation_defaults),
+        banned_token_ids=tuple(w[0] for w in bad_words),
     )

@@ -185,7 +185,8 @@ def test_a_window_as_long_as_the_context_is_no_window(hf_decoder_imports: Path, 
 
 
 @pytest.mark.parametrize(("setting", "message"), [
-    ({"bad_words_ids": [[5]]}, r"generation_config.json: bad_words_ids=\[\[5\]\] is not supported"),
+    ({"bad_words_ids": [[5], [6, 7]]},
+     r"generation_config.json: bad_words_ids with multi-token sequences \(\[\[6, 7\]\]\) is not supported"),
     ({"num_beams": 4}, r"num_beams=4 is not supported"),
     ({"no_repeat_ngram_size": 3}, r"no_repeat_ngram_size=3 is not supported"),
     ({"max_length": 20}, r"max_length=20 below the model's 64 positions is not supported"),
@@ -204,4 +205,10 @@ def test_settings_that_do_not_change_tokens_are_accepted(hf_decoder_imports: Pat
     (folder / "generation_config.json").write_text(json.dumps(
         {"eos_token_id": 1, "use_cache": True, "num_beams": 1, "max_length": 64, "transformers_version": "5"}))
     config = imported(folder)[1].config
-    assert config.eos_token_ids == [] and config.generation_defaults == {}
+    assert config.eos_token_ids == [] and config.generation_defaults == {} and config.bad_words_ids == []
+
+
+def test_single_token_bad_words_are_kept(hf_decoder_imports: Path, tmp_path: Path) -> None:
+    folder = edited_copy(hf_decoder_imports, "qwen2", tmp_path)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 1, "bad_words_ids": [[5], [9]]}))
+    assert imported(folder)[1].config.bad_words_ids == [[5], [9]]

@@ -146,3 +146,26 @@ async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decod
     expected = np.stack([a[0].numpy() for a in theirs])
     assert layers.shape == expected.shape == (2, 4, fed.shape[1], fed.shape[1])
     assert np.abs(layers - expected).max() < 1e-3
+
+
+async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_imports: Path, tmp_path: Path) -> None:
+    """config.json's bad_words_ids (from generation_config.json): greedy decoding then equals transformers'
+    generate(bad_words_ids=...) on the same tokens."""
+    artifact = hf_decoder_imports / "artifacts" / "mistral"
+    model, tok = reference(hf_decoder_imports, "mistral"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    ids = tok.encode(PROMPTS[0]).ids
+    free, _ = greedy(model, ids, end_tokens(artifact))
+    bad = sorted(set(free[:3]))
+    shutil.copytree(artifact, tmp_path / "mistral")
+    config = json.loads((artifact / "config.json").read_text())
+    (tmp_path / "mistral" / "config.json").write_text(json.dumps(config | {"bad_words_ids": [[t] for t in bad]}))
+    async with serving_decoders(models="mistral", artifacts_dir=tmp_path) as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[0], "temperature": 0, "logprobs": True,
+                                                      "max_new_tokens": MAX_NEW, "ignore_eos": True, "model": "mistral"})
+    assert r.status_code == 200, r.text
+    served = [t["id"] for t in r.json()["tokens"]]
+    prompt = torch.tensor([ids])
+    expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=MAX_NEW,
+                              bad_words_ids=[[t] for t in bad], eos_token_id=None, pad_token_id=1)
+    assert not set(served) & set(bad)
+    assert served == expected[0, len(ids):].tolist()
