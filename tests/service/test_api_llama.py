@@ -169,3 +169,36 @@ async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_i
                               bad_words_ids=[[t] for t in bad], eos_token_id=None, pad_token_id=1)
     assert not set(served) & set(bad)
     assert served == expected[0, len(ids):].tolist()
+
+
+async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
+    serving_decoders: Any, hf_decoder_imports: Path, slow_down: Any
+) -> None:
+    """With a 2-token chunk budget, prompts that join a decoding batch are prefilled a column or two per
+    step against the grouped-query cache: still transformers' greedy tokens."""
+    from service.engine.generation import GenerationParams
+    from service.engine.sampling import SamplingParams
+
+    artifact = hf_decoder_imports / "artifacts" / "qwen2"
+    model, tok = reference(hf_decoder_imports, "qwen2"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    async with serving_decoders(models="qwen2", max_batch_size=8, prefill_chunk_tokens=2) as s:
+        gen = s.engine.generator
+        calls: list[tuple[int, ...]] = []
+        original = gen.model.run
+        gen.model.run = lambda ids, *a, **k: calls.append(ids.shape) or original(ids, *a, **k)
+        slow_down(gen.model.session, 0.01)
+        # Decodes for longer than the joining prompts take to go in, a column per row per step.
+        long = GenerationParams(max_new_tokens=55, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+        running = gen.scheduler.submit([gen.sequence(gen.tokenize(PROMPTS[1], "prompt"), long)], None, "prompt")
+        events = running.events()
+        await anext(events)  # decoding
+        calls.clear()
+        joined = await asyncio.gather(*(s.client.post("/v1/generate", json={
+            "prompt": prompt, "temperature": 0, "max_new_tokens": MAX_NEW, "logprobs": True, "model": "qwen2"})
+            for prompt in (PROMPTS[0], PROMPTS[2])))
+        assert [e async for e in events][-1].finish_reason == "length"
+    assert max(columns for _, columns in calls) <= 2, str(calls)  # no call fed a whole prompt
+    for prompt, r in zip((PROMPTS[0], PROMPTS[2]), joined, strict=True):
+        assert r.status_code == 200, r.text
+        expected, _ = greedy(model, tok.encode(prompt).ids, end_tokens(artifact))
+        assert [t["id"] for t in r.json()["tokens"]] == expected, prompt
