@@ -33,18 +33,36 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
     tie_output: bool = True  # the LM head shares the token embedding matrix (translator, generator)
     final_logits_bias: bool = False  # a fixed-size learned bias added to the LM logits (Marian, BART)
+    # Llama-family options (model/families/llama.py); the defaults are the layers above.
+    norm: str = "layer"  # "layer": LayerNorm; "rms": RMSNorm (no mean, no bias)
+    n_kv_heads: int | None = None  # grouped-query attention: key/value heads shared by query groups; None: n_heads
+    rotary: bool = False  # rotary position embeddings on queries and keys, no position vectors added
+    rope_theta: float = 10000.0  # the rotary base
+    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "linear" | "llama3", ...} as transformers names it
+    gated_ff: bool = False  # gated feed-forward: down(act(gate(x)) * up(x)) (SwiGLU with "silu")
+    qkv_bias: bool | None = None  # biases of the query/key/value projections; None: as `bias` (Qwen2: only these)
+    out_bias: bool | None = None  # bias of the attention output projection; None: as `bias`
+    ff_bias: bool | None = None  # biases of the feed-forward projections; None: as `bias`
 
     kind = "transformer"
 
     def __post_init__(self) -> None:
         for name, allowed in (("activation", ACTIVATIONS), ("norm_position", ("pre", "post")),
-                              ("sinusoid_layout", ("interleaved", "split"))):
+                              ("sinusoid_layout", ("interleaved", "split")), ("norm", ("layer", "rms"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+        if self.kv_heads <= 0 or self.n_heads % self.kv_heads:
+            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: what the KV cache holds per layer."""
+        return self.n_kv_heads or self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **dataclasses.asdict(self)}
@@ -66,6 +84,10 @@ class TranslatorConfig(TransformerConfig):
 class GeneratorConfig(TransformerConfig):
     n_layers: int = 4
     activation: str = "gelu"
+    # From an imported checkpoint's generation_config.json (model/generation_config.py), written to config.json:
+    eos_token_ids: list[int] = field(default_factory=list)  # every end token; empty: special_tokens["eos"] alone
+    generation_defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ..., max_new_tokens
+    bad_words_ids: list[list[int]] = field(default_factory=list)  # single tokens never generated
     kind = "generator"
 
 

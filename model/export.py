@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from model.classifier import Classifier
-from model.config import ClassifierConfig, TransformerConfig, TranslatorConfig
+from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.embedder import Embedder
 from model.generator import Generator
 from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
@@ -139,8 +139,11 @@ def _ids(vocab: int, B: int, S: int, generator: torch.Generator) -> Tensor:
 
 def _dims(config: TransformerConfig) -> dict[str, int]:
     """config.json's dims for this config (model sizes and layer counts; an encoder's token-type rows when
-    they differ from BERT's 2, which the contract assumes when the key is absent)."""
+    they differ from BERT's 2, and the key/value heads when fewer than the query heads (grouped-query
+    attention): the contract assumes BERT's 2 and n_heads when the keys are absent)."""
     dims = {"d_model": config.d_model, "n_heads": config.n_heads, "d_head": config.d_head, "d_ff": config.d_ff}
+    if config.kv_heads != config.n_heads:
+        dims["n_kv_heads"] = config.kv_heads
     if isinstance(config, TranslatorConfig):
         return dims | {"n_encoder_layers": config.n_encoder_layers, "n_decoder_layers": config.n_decoder_layers}
     dims |= {"n_layers": config.n_layers}  # type: ignore[attr-defined]
@@ -195,7 +198,7 @@ def generator_specs(model: Generator, logits_to_keep: bool = True) -> list[Graph
     """The decoder graph; ``logits_to_keep=False`` builds the graph of artifacts exported before that input."""
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S, P = 2, 3, 4
-    past = [torch.randn(B, c.n_heads, P, c.d_head, generator=g) for _ in range(2 * c.n_layers)]
+    past = [torch.randn(B, c.kv_heads, P, c.d_head, generator=g) for _ in range(2 * c.n_layers)]
     io = KINDS["generator"].task.graph_io("decoder", _dims(c), logits_to_keep)
     keep: tuple[Tensor, ...] = (torch.tensor(1, dtype=torch.long),) if logits_to_keep else ()
     return [
@@ -367,6 +370,13 @@ def build_config(
     }
     if isinstance(config, ClassifierConfig) and task.name != EMBEDDING.name:
         out["labels"] = list(config.labels)
+    if isinstance(config, GeneratorConfig):  # an imported decoder's generation_config.json, where it had one
+        if config.eos_token_ids:
+            out["eos_token_ids"] = list(config.eos_token_ids)
+        if config.generation_defaults:
+            out["generation_defaults"] = dict(config.generation_defaults)
+        if config.bad_words_ids:
+            out["bad_words_ids"] = [list(w) for w in config.bad_words_ids]
     return out | (extra or {})
 
 

@@ -1,4 +1,8 @@
-"""GPT-style decoder-only language model (Radford et al. 2018), next-token objective."""
+"""GPT-style decoder-only language model (Radford et al. 2018), next-token objective.
+
+With ``config.rotary`` positions are rotations of queries and keys (the Llama family) instead of vectors
+added to the token embeddings.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from model.layers import (
     keep_last,
     lm_head,
 )
+from model.rotary import RotaryEmbedding
 
 
 class Generator(nn.Module):
@@ -24,7 +29,8 @@ class Generator(nn.Module):
         super().__init__()
         c = self.config = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = PositionalEncoding.from_config(c)
+        self.pos = None if c.rotary else PositionalEncoding.from_config(c)
+        self.rotary = RotaryEmbedding.from_config(c) if c.rotary else None
         self.emb_scale = embedding_scale(c)
         self.ln_emb = embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
@@ -41,7 +47,7 @@ class Generator(nn.Module):
         past: list[KeyValue] | None = None,
         logits_to_keep: Tensor | int = 0,
     ) -> tuple[Tensor, list[KeyValue], list[Tensor]]:
-        """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, H, P+S, Dh], weights).
+        """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, Hkv, P+S, Dh], weights).
 
         attention_mask covers past + new positions ([B, P+S]); defaults to all ones. ``logits_to_keep``
         > 0 computes the logits of the last that many positions only ([B, min(k, S), V]).
@@ -53,11 +59,15 @@ class Generator(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(S, device=input_ids.device).expand(B, S)
         # Token embeddings scaled by sqrt(d_model) (the default, as in the paper) match the sinusoids' unit scale.
-        x = self.dropout(self.ln_emb(self.tok_emb(input_ids) * self.emb_scale + self.pos(position_ids)))
+        x = self.tok_emb(input_ids) * self.emb_scale
+        if self.pos is not None:
+            x = x + self.pos(position_ids)
+        x = self.dropout(self.ln_emb(x))
+        rope = self.rotary(position_ids) if self.rotary is not None else None
         bias = causal_padding_bias(attention_mask, S, x.dtype)
         presents, weights = [], []
         for i, block in enumerate(self.blocks):
-            x, present, w, _ = block(x, bias, past[i] if past else None)
+            x, present, w, _ = block(x, bias, past[i] if past else None, rope=rope)
             presents.append(present)
             weights.append(w)
         return self.lm_head(keep_last(self.ln_f(x), logits_to_keep)), presents, weights

@@ -1,10 +1,12 @@
-"""Hugging Face-format checkpoints -> our model classes (the encoder families of model/families/, GPT-2, Marian, BART).
+"""Hugging Face-format checkpoints -> our model classes (the encoder and Llama-shaped decoder families of
+model/families/, GPT-2, Marian, BART).
 
 A checkpoint folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``,
 read with ``weights_only=True``) and tokenizer files. Each family maps the HF config onto our config's
 options (model/config.py) and every HF tensor onto one of our parameters; the mapping is checked both
 ways: a checkpoint tensor nobody reads, or one of our parameters nobody fills, is an error that names
-them. torch and safetensors only: ``transformers`` is needed just for slow tokenizers (model/hf_tokenizer.py).
+them. A decoder's ``generation_config.json`` (end tokens, default sampling settings) goes into its config
+(model/generation_config.py). torch and safetensors only: ``transformers`` is needed just for slow tokenizers (model/hf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import Tensor, nn
 from model.classifier import Classifier
 from model.config import GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.embedder import Embedder, EmbeddingOptions
-from model.families import ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
 from model.families.base import (
     CheckpointError,
     EncoderFamily,
@@ -33,6 +35,7 @@ from model.families.base import (
     require,
     strip_prefix,
 )
+from model.generation_config import apply_generation_config
 from model.generator import Generator
 from model.translator import Translator
 from service.contract.kinds import FAMILIES
@@ -47,7 +50,7 @@ class Imported:
     """An imported model and what the card should say about it."""
 
     kind: str  # "translator" | "generator" | "classifier" | "embedder"
-    family: str  # an HF model_type: an encoder family of model/families, "gpt2", "marian" or "bart"
+    family: str  # an HF model_type: a family of model/families, "gpt2", "marian" or "bart"
     model: nn.Module
     hf_config: dict[str, Any]
     notes: list[str] = field(default_factory=list)  # e.g. a head initialized fresh
@@ -255,11 +258,23 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
             raise CheckpointError(f"{family}: lm_head.weight should be tied to the shared embedding but differs")
         return c, Translator(c), out, src
 
+    def decoder() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
+        spec = DECODER_FAMILIES[family]
+        head = raw.get("lm_head.weight")
+        src = Tensors(strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, spec.prefix))
+        c = spec.config(hf, specials)
+        out = spec.weights(src, c, head)
+        if c.tie_output and head is not None and not torch.equal(head, out["tok_emb.weight"]):
+            raise CheckpointError(f"{family}: lm_head.weight should be tied to embed_tokens.weight but differs from it")
+        return c, Generator(c), out, src
+
     builders: dict[str, Callable[[], tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]]] = {
-        "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq}
+        "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq, **dict.fromkeys(DECODER_FAMILIES, decoder)}
     config, model, weights, src = builders[family]()
     if unread := src.unread():
         raise CheckpointError(f"{family}: the checkpoint has tensors the mapping does not use: {unread}")
+    if isinstance(config, GeneratorConfig):
+        apply_generation_config(config, folder, hf)
     load_checked(model, weights, kind)
     return Imported(kind, family, model.eval(), hf, [])
 

@@ -20,9 +20,11 @@ from torch import Tensor, nn
 
 from model.embedder import Embedder, pool
 from model.export import round_weights_to_fp16
-from model.families import ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
 
-HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration"}
+HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration",
+              **{name: f.reference_class for name, f in DECODER_FAMILIES.items()}}
+DECODERS = ("gpt2", *DECODER_FAMILIES)  # decoder-only: left-padded prompts into our generator
 SAMPLE_TEXTS = [
     "A wonderful, moving film with brilliant performances.",
     "Dull.",
@@ -75,7 +77,7 @@ def onnx_outputs(artifact: Path, role: str, feeds: dict[str, np.ndarray]) -> dic
 def empty_cache(config: dict[str, Any], batch: int, prefix: str) -> dict[str, np.ndarray]:
     dims = config["dims"]
     layers = dims.get("n_decoder_layers", dims.get("n_layers"))
-    shape = (batch, dims["n_heads"], 0, dims["d_head"])
+    shape = (batch, dims.get("n_kv_heads", dims["n_heads"]), 0, dims["d_head"])
     return {f"{prefix}.{i}.{kv}": np.zeros(shape, np.float32) for i in range(layers) for kv in ("key", "value")}
 
 
@@ -86,7 +88,7 @@ def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int]
         ids, types, mask = padded(tokenizer, texts, specials["pad"])
         with_types = {"token_type_ids": types} if ENCODER_FAMILIES[family].token_type_input else {}
         return {"input_ids": ids, **with_types, "attention_mask": mask}
-    if family == "gpt2":
+    if family in DECODERS:
         ids, _, mask = padded(tokenizer, texts, specials["pad"], left=True)
         return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
     ids, _, mask = padded(tokenizer, texts, specials["pad"])
@@ -110,7 +112,7 @@ def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headle
         encoder = model.encoder if isinstance(model, Embedder) else model
         args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
         return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
-    if family == "gpt2":
+    if family in DECODERS:
         return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
     target = inputs["decoder_input_ids"]
     return model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
@@ -125,7 +127,7 @@ def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.nd
         feeds = {k: np_inputs.get(k, np.zeros_like(np_inputs["input_ids"])) for k in names}
         outputs = onnx_outputs(artifact, "encoder", feeds)
         return outputs["logits"] if "logits" in outputs else outputs["embeddings"]
-    if family == "gpt2":
+    if family in DECODERS:
         feeds = {k: np_inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
         feeds |= empty_cache(config, len(np_inputs["input_ids"]), "past_key_values")
         return onnx_outputs(artifact, "decoder", feeds)["logits"]
@@ -150,7 +152,7 @@ def hf_embeddings(model: nn.Module, inputs: dict[str, Tensor], pooling: str) -> 
 
 def real_positions(family: str, inputs: dict[str, Tensor]) -> Tensor | None:
     """Boolean [B, S] of the positions whose [B, S, ...] outputs count (padding is not compared)."""
-    if family in ENCODER_FAMILIES or family == "gpt2":
+    if family in ENCODER_FAMILIES or family in DECODERS:
         return inputs["attention_mask"].bool()
     if family in ("marian", "bart"):
         return inputs["decoder_attention_mask"].bool()

@@ -13,7 +13,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, processors
 
-from model.families import ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
 from model.families.base import CheckpointError, special_token_names, token_id
 
 __all__ = ["load_tokenizer", "special_token_names", "special_tokens", "token_id"]
@@ -103,6 +103,8 @@ def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tok
     """The ids config.json's ``special_tokens`` needs for this family (see artifacts/README.md)."""
     if family in ENCODER_FAMILIES:
         return ENCODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
+    if family in DECODER_FAMILIES:
+        return DECODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
 
     def config_id(key: str, fallback: int | None = None) -> int:
         value = hf.get(key, fallback)

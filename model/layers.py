@@ -7,7 +7,8 @@ which matters on a CPU budget. Stacks end with a final LayerNorm.
 The config's options (model/config.py) cover checkpoints trained elsewhere with
 the same layers: post-LN ``LayerNorm(x + Dropout(SubLayer(x)))`` without a final
 LayerNorm (the original Transformer, BERT, Marian, BART), other activations,
-position layouts and offsets, projections without biases, LayerNorm epsilon.
+position layouts and offsets, projections without biases, LayerNorm epsilon; and the Llama family's
+RMSNorm, rotary positions (model/rotary.py), grouped-query attention and gated feed-forward.
 
 The KV cache is explicit: attention takes ``past`` and returns ``present``; no
 module keeps state between calls, so the same code exports to ONNX.
@@ -22,8 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import TransformerConfig
+from model.rotary import RotaryAngles, apply_rotary
 
-KeyValue = tuple[Tensor, Tensor]  # ([B, H, S, Dh], [B, H, S, Dh])
+KeyValue = tuple[Tensor, Tensor]  # ([B, Hkv, S, Dh], [B, Hkv, S, Dh]); Hkv = H unless grouped-query
 
 
 def additive_mask(keep: Tensor, dtype: torch.dtype) -> Tensor:
@@ -101,7 +103,22 @@ class PositionalEncoding(nn.Module):
         return F.embedding(position_ids, self.table_buffer)
 
 
-def layer_norm(c: TransformerConfig) -> nn.LayerNorm:
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019): LayerNorm without the mean or a bias."""
+
+    def __init__(self, d_model: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def layer_norm(c: TransformerConfig) -> nn.Module:
+    """The config's normalization: LayerNorm, or RMSNorm (``norm="rms"``)."""
+    if c.norm == "rms":
+        return RMSNorm(c.d_model, c.layer_norm_eps)
     return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
 
 
@@ -154,43 +171,71 @@ ACTIVATION_MODULES = {
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q K^T / sqrt(d_k) + bias) V per head; heads concatenated, then W_O."""
+    """softmax(Q K^T / sqrt(d_k) + bias) V per head; heads concatenated, then W_O.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True) -> None:
+    With ``n_kv_heads`` < ``n_heads`` (grouped-query attention, Ainslie et al. 2023) each key/value head
+    serves ``n_heads / n_kv_heads`` query heads: keys and values, and so the cache, hold the K/V heads only.
+    ``rope`` rotates queries and keys by their positions (model/rotary.py); the cache holds rotated keys.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True, n_kv_heads: int | None = None,
+                 out_bias: bool | None = None) -> None:
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        kv_dim = self.n_kv_heads * self.d_head
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias if out_bias is None else out_bias)  # W_O
         self.dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: Tensor) -> Tensor:
+    @classmethod
+    def from_config(cls, c: TransformerConfig) -> MultiHeadAttention:
+        bias = c.bias if c.qkv_bias is None else c.qkv_bias
+        return cls(c.d_model, c.n_heads, c.dropout, bias, c.n_kv_heads, c.out_bias)
+
+    def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         B, S, _ = x.shape
-        return x.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # [B, H, S, Dh]
+        return x.view(B, S, heads or self.n_heads, self.d_head).transpose(1, 2)  # [B, H, S, Dh]
 
     def project_kv(self, x: Tensor) -> KeyValue:
-        """Keys and values for ``x`` [B, S, D], each [B, H, S, Dh] (the cross-attention K/V of a source)."""
-        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+        """Keys and values for ``x`` [B, S, D], each [B, Hkv, S, Dh] (the cross-attention K/V of a source)."""
+        return self.split_heads(self.k_proj(x), self.n_kv_heads), self.split_heads(self.v_proj(x), self.n_kv_heads)
 
-    def attend(self, x: Tensor, key: Tensor, value: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
-        """Queries from ``x`` [B, S, D] against key/value [B, H, Sk, Dh] -> ([B, S, D], weights [B, H, S, Sk])."""
+    def repeat_kv(self, x: Tensor) -> Tensor:
+        """[B, Hkv, Sk, Dh] -> [B, H, Sk, Dh]: each K/V head repeated for the query heads of its group."""
+        groups = self.n_heads // self.n_kv_heads
+        if groups == 1:
+            return x
+        B, Hkv, Sk, Dh = x.shape
+        return x[:, :, None].expand(B, Hkv, groups, Sk, Dh).reshape(B, Hkv * groups, Sk, Dh)
+
+    def attend(self, x: Tensor, key: Tensor, value: Tensor, bias: Tensor,
+               rope: RotaryAngles | None = None) -> tuple[Tensor, Tensor]:
+        """Queries from ``x`` [B, S, D] against key/value [B, Hkv, Sk, Dh] -> ([B, S, D], weights [B, H, S, Sk])."""
         B, S, D = x.shape
         q = self.split_heads(self.q_proj(x))  # [B, H, S, Dh]
+        if rope is not None:
+            q = apply_rotary(q, rope)
+        key, value = self.repeat_kv(key), self.repeat_kv(value)
         scores = q @ key.transpose(-2, -1) / math.sqrt(self.d_head) + bias  # [B, H, S, Sk]
         weights = scores.softmax(dim=-1)
         context = self.dropout(weights) @ value  # [B, H, S, Dh]
         context = context.transpose(1, 2).reshape(B, S, D)  # heads concatenated
         return self.out_proj(context), weights
 
-    def forward(self, x: Tensor, bias: Tensor, past: KeyValue | None = None) -> tuple[Tensor, KeyValue, Tensor]:
+    def forward(self, x: Tensor, bias: Tensor, past: KeyValue | None = None,
+                rope: RotaryAngles | None = None) -> tuple[Tensor, KeyValue, Tensor]:
         """Self-attention with an optional cache: returns (output, present K/V incl. past, weights)."""
         key, value = self.project_kv(x)
+        if rope is not None:
+            key = apply_rotary(key, rope)
         if past is not None:
-            key = torch.cat([past[0], key], dim=2)  # [B, H, P+S, Dh]
+            key = torch.cat([past[0], key], dim=2)  # [B, Hkv, P+S, Dh]
             value = torch.cat([past[1], value], dim=2)
-        out, weights = self.attend(x, key, value, bias)
+        out, weights = self.attend(x, key, value, bias, rope)
         return out, (key, value), weights
 
 
@@ -207,6 +252,26 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(self.act(self.fc1(x))))
 
 
+class GatedFeedForward(nn.Module):
+    """FFN(x) = W_down (act(W_gate x) * W_up x) (Shazeer 2020; SwiGLU with SiLU, as in Llama)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str, bias: bool = False) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(d_model, d_ff, bias=bias), nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.act = ACTIVATION_MODULES[activation]()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.dropout(self.act(self.gate(x)) * self.up(x)))
+
+
+def feed_forward(c: TransformerConfig) -> nn.Module:
+    bias = c.bias if c.ff_bias is None else c.ff_bias
+    kind = GatedFeedForward if c.gated_ff else FeedForward
+    return kind(c.d_model, c.d_ff, c.dropout, c.activation, bias)
+
+
 class TransformerLayer(nn.Module):
     """Self-attention (+ encoder-decoder attention when ``cross``) + FFN, each with a residual and a
     LayerNorm before (pre-LN) or after (post-LN) it, as ``config.norm_position`` says.
@@ -219,11 +284,11 @@ class TransformerLayer(nn.Module):
         super().__init__()
         self.pre_ln = c.norm_position == "pre"
         self.ln_self = layer_norm(c)
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias)
+        self.self_attn = MultiHeadAttention.from_config(c)
         self.ln_cross = layer_norm(c) if cross else None
         self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias) if cross else None
         self.ln_ff = layer_norm(c)
-        self.ff = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+        self.ff = feed_forward(c)
         self.dropout = nn.Dropout(c.dropout)
 
     def sublayer_input(self, x: Tensor, norm: nn.Module) -> Tensor:
@@ -241,9 +306,10 @@ class TransformerLayer(nn.Module):
         past: KeyValue | None = None,
         cross_kv: KeyValue | None = None,
         cross_bias: Tensor | None = None,
+        rope: RotaryAngles | None = None,
     ) -> tuple[Tensor, KeyValue, Tensor, Tensor | None]:
         """Returns (x, present self-attention K/V, self-attention weights, cross-attention weights or None)."""
-        attn_out, present, self_weights = self.self_attn(self.sublayer_input(x, self.ln_self), self_bias, past)
+        attn_out, present, self_weights = self.self_attn(self.sublayer_input(x, self.ln_self), self_bias, past, rope)
         x = self.add_residual(x, attn_out, self.ln_self)
         cross_weights = None
         if self.cross_attn is not None:

@@ -329,7 +329,7 @@ def kv_cache_vs_recompute(artifacts: Path, threads: int, prompt_len: int, new_to
     session = GraphSession(
         "generator", artifact.graphs["decoder"], RuntimeOptions(device="cpu", intra_op_threads=threads)
     )
-    L, H, Dh = artifact.n_decoder_layers, artifact.n_heads, artifact.d_head
+    L, H, Dh = artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head
     names = [f"{i}.{p}" for i in range(L) for p in ("key", "value")]
     ids = list(np.random.default_rng(0).integers(10, artifact.vocab_size, prompt_len))
 

@@ -66,7 +66,7 @@ def decoder_feeds(config: dict, past_len: int, new: int, rng: np.random.Generato
         "input_ids": rng.integers(4, config["vocab_size"], (1, new)).astype(np.int64),
         "attention_mask": np.ones((1, past_len + new), dtype=np.int64),
         "position_ids": np.arange(past_len, past_len + new, dtype=np.int64)[None],
-        **kv("past_key_values", layers, (1, d["n_heads"], past_len, d["d_head"]), rng),
+        **kv("past_key_values", layers, (1, d.get("n_kv_heads", d["n_heads"]), past_len, d["d_head"]), rng),
     }
     if config["task"] == "translation":
         src = 32
@@ -206,7 +206,8 @@ def generator_perplexity(folder: Path, data: Path, threads: int, tokens: int) ->
             n = len(chunk) - 1
             feeds = {"input_ids": chunk[None, :-1], "attention_mask": np.ones((1, n), np.int64),
                      "position_ids": np.arange(n, dtype=np.int64)[None],
-                     **{f"past_key_values.{i}.{k}": np.zeros((1, d["n_heads"], 0, d["d_head"]), np.float32)
+                     **{f"past_key_values.{i}.{k}": np.zeros((1, d.get("n_kv_heads", d["n_heads"]), 0, d["d_head"]),
+                                                             np.float32)
                         for i in range(d["n_layers"]) for k in ("key", "value")}}
             logits = sess.run(["logits"], feeds)[0][0].astype(np.float64)
             top = logits.max(-1, keepdims=True)

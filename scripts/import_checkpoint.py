@@ -4,7 +4,8 @@
 
 DIR holds config.json, model.safetensors or pytorch_model.bin, and tokenizer files (tokenizer.json,
 or a slow tokenizer that transformers converts). Families: the encoders of model/families/ (BERT and
-MiniLM, RoBERTa, XLM-RoBERTa, DistilBERT), GPT-2, Marian and BART. An encoder imports as:
+MiniLM, RoBERTa, XLM-RoBERTa, DistilBERT), GPT-2, the Llama-shaped decoders (Llama, Qwen2, Mistral; their
+generation_config.json too: docs/decoders.md), Marian and BART. An encoder imports as:
 
 - a classifier when it has a trained sequence-classification head (a cross-encoder with one label too:
   its one logit is a relevance score);

@@ -117,6 +117,17 @@ def hf_encoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     return _imported_checkpoints(request, tmp_path_factory, "hf-encoder-imports", names, build_encoder_checkpoint)
 
 
+@pytest.fixture(scope="session")
+def hf_decoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small random Llama, Qwen2 and Mistral checkpoints (tests/hf_checkpoints.py DECODER_CHECKPOINTS: grouped-query
+    attention, each rope scaling type, tied and separate heads) in ``checkpoints/<name>`` and their imports in
+    ``artifacts/<name>``; built once per source version."""
+    from hf_checkpoints import DECODER_CHECKPOINTS, build_decoder
+
+    return _imported_checkpoints(request, tmp_path_factory, "hf-decoder-imports", list(DECODER_CHECKPOINTS),
+                                 build_decoder)
+
+
 def _imported_checkpoints(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,

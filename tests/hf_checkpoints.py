@@ -295,3 +295,60 @@ def build_encoder_checkpoint(name: str, folder: Path) -> Path:
     torch.manual_seed(0)
     ENCODER_BUILDERS[name](folder)
     return folder
+
+
+# --- Llama-shaped decoders (tests/model/test_hf_llama.py) -----------------------------------------------------
+
+LLAMA_SPECIALS = ["<s>", "</s>", "<pad>"]  # ids 0, 1, 2
+# name -> (transformers config class, options): grouped-query attention throughout (4 query heads, 2 or 1
+# key/value heads), every rope scaling type, tied and separate heads, each family's biases.
+DECODER_CHECKPOINTS: dict[str, tuple[str, dict[str, object]]] = {
+    "llama": ("LlamaConfig", {"num_key_value_heads": 2, "rope_theta": 500.0, "tie_word_embeddings": False}),
+    "llama-linear": ("LlamaConfig", {"num_key_value_heads": 2, "tie_word_embeddings": True, "attention_bias": True,
+                                     "mlp_bias": True, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    "llama3": ("LlamaConfig", {"num_key_value_heads": 2, "rope_scaling": {
+        "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}}),
+    "qwen2": ("Qwen2Config", {"num_key_value_heads": 2, "tie_word_embeddings": True, "rope_theta": 1000.0}),
+    "mistral": ("MistralConfig", {"num_key_value_heads": 1, "sliding_window": None}),
+}
+# generation_config.json of the "llama" checkpoint: two end tokens and default sampling settings.
+LLAMA_GENERATION = {"eos_token_id": [1, 2], "bos_token_id": 0, "do_sample": True, "temperature": 0.7, "top_p": 0.9,
+                    "top_k": 20, "repetition_penalty": 1.05, "max_new_tokens": 12}
+
+
+def llama_tokenizer(folder: Path) -> object:
+    """A byte-level BPE tokenizer.json that starts every encoding with <s>, as Llama's does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=LLAMA_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(CORPUS, trainer)
+    bpe.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 0)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def build_decoder(name: str, folder: Path) -> Path:
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    tokenizer = llama_tokenizer(folder)
+    config_class, options = DECODER_CHECKPOINTS[name]
+    config = getattr(transformers, config_class)(
+        vocab_size=len(tokenizer), hidden_size=SIZES["d_model"], num_attention_heads=SIZES["heads"],  # type: ignore[arg-type]
+        intermediate_size=SIZES["ffn"], num_hidden_layers=SIZES["layers"], max_position_embeddings=SIZES["positions"],
+        bos_token_id=0, eos_token_id=1, pad_token_id=None, rms_norm_eps=1e-5, **options)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+    if name == "llama":
+        (folder / "generation_config.json").write_text(json.dumps(LLAMA_GENERATION))
+    return folder

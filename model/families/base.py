@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import ClassifierConfig
+from model.config import ClassifierConfig, GeneratorConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "swish": "silu", "silu": "silu"}
@@ -129,3 +129,16 @@ class EncoderFamily:
 
     def has_trained_head(self, src: Tensors) -> bool:
         return src.has(self.head_marker)
+
+
+@dataclass(frozen=True)
+class DecoderFamily:
+    """A decoder-only family that imports into our generator: config and weight mapping, special tokens,
+    the transformers class its parity is measured against."""
+
+    name: str  # the HF config.json model_type
+    prefix: str  # the base model's prefix inside the causal-LM checkpoint (``model.``); lm_head.weight is outside
+    config: Callable[[dict[str, Any], dict[str, int]], GeneratorConfig]  # hf, specials
+    weights: Callable[[Tensors, GeneratorConfig, Tensor | None], dict[str, Tensor]]  # base tensors, config, lm_head
+    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
+    reference_class: str  # the transformers causal-LM class

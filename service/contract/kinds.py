@@ -111,7 +111,7 @@ KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         Kind("translator", TRANSLATION, ("marian", "bart")),
-        Kind("generator", GENERATION, ("gpt2",)),
+        Kind("generator", GENERATION, ("gpt2", "llama", "qwen2", "mistral")),
         Kind("classifier", CLASSIFICATION, ("bert", "roberta", "xlm-roberta", "distilbert")),
     )
 }

@@ -110,8 +110,10 @@ class GenerationModel:
         self.decode_time = metrics.decode_time.labels(name)
         self.vocab_size = artifact.vocab_size
         self.eos = artifact.special_tokens["eos"]
+        self.end_tokens = np.asarray(artifact.end_tokens, dtype=np.int64)  # eos, or all of a model's end tokens
+        self.banned_tokens = np.asarray(artifact.banned_token_ids, dtype=np.int64)  # the model's bad_words_ids
         self.pad = artifact.special_tokens["pad"]
-        self.special_ids = set(artifact.special_tokens.values())
+        self.special_ids = set(artifact.special_tokens.values()) | set(artifact.end_tokens)
         self.n_layers = artifact.n_decoder_layers
         self.present = kv_names(PRESENT, self.n_layers)
         names = layer_names(ATTENTIONS, self.n_layers)
@@ -185,6 +187,12 @@ class GenerationModel:
                 self.prefill_time.observe(row.first_token_at - row.seq.admitted)
             self.decode_time.observe(time.perf_counter() - row.first_token_at)
 
+    def banned(self, rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rows, tokens) pairs no row may draw: the model's bad_words_ids, in every row."""
+        if not len(self.banned_tokens):
+            return None
+        return np.repeat(np.arange(rows), len(self.banned_tokens)), np.tile(self.banned_tokens, rows)
+
     def event(self, row: _Row, b: int, token: int, piece: str, choice: Choice) -> TokenEvent:
         """Row b's token event, with the logprobs the chooser computed if the row asked."""
         k = row.params.logprobs
@@ -213,7 +221,7 @@ class PromptBatch:
             n = len(row.seq.prompt_ids)
             self.ids[b, S - n :] = row.seq.prompt_ids
             self.mask[b, S - n :] = 1
-        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_heads, model.artifact.d_head)
+        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_kv_heads, model.artifact.d_head)
         self.fed = 0  # columns already in the cache
         # Attention maps are cut from one whole-prompt call: such a batch is never split.
         self.attention = any(r.params.return_attention for r in rows)
@@ -266,9 +274,9 @@ class GenerationBatch(SequenceBatch[_Row]):
     def select(self, logits: np.ndarray) -> list[Emit]:
         """Choose every row's next token from [B, V] logits; emit it, and the result if the row is done."""
         m = self.model
-        choice = choose(self.chooser, logits)
+        choice = choose(self.chooser, logits, m.banned(self.rows))
         self.chooser.observe(choice.tokens)
-        codes = self.stops.update(choice.tokens, m.eos).tolist()
+        codes = self.stops.update(choice.tokens, m.end_tokens).tolist()
         self.next_ids[:, 0] = choice.tokens
         emits: list[Emit] = []
         now = time.perf_counter()

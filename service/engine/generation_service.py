@@ -76,7 +76,7 @@ class GenerationService(TaskService[GenerationSequence]):
         super().__init__(artifact, settings)
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
-        shape = (artifact.n_decoder_layers, artifact.n_heads, artifact.d_head)
+        shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
         self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)
 
@@ -129,8 +129,9 @@ class GenerationService(TaskService[GenerationSequence]):
         The clamp comes before the server cap (SERVE_MAX_NEW_TOKENS): a budget beyond the context means "as
         much as fits", and only what fits must be within the cap."""
         room = self.artifact.max_positions - len(prompt_ids)
-        if requested is None:
-            return max(1, min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens, room))
+        if requested is None:  # the model's own default (generation_config.json) where it has one
+            default = self.artifact.generation_defaults.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+            return max(1, min(default, self.settings.max_new_tokens, room))
         if requested > room:
             if self.settings.strict_max_tokens:
                 raise InvalidInput(

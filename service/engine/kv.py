@@ -50,11 +50,11 @@ def _is_identity(rows: np.ndarray, n: int) -> bool:
 @dataclass(frozen=True)
 class KVCache:
     mask: np.ndarray  # [B, P] int64, 1 for real past tokens, left padded
-    past: list[Tensor]  # 2L tensors [B, H, P, Dh]: key, value per layer
+    past: list[Tensor]  # 2L tensors [B, Hkv, P, Dh]: key, value per layer (Hkv: the artifact's n_kv_heads)
 
     @classmethod
-    def empty(cls, batch: int, n_layers: int, n_heads: int, d_head: int) -> KVCache:
-        zeros = np.zeros((batch, n_heads, 0, d_head), dtype=np.float32)
+    def empty(cls, batch: int, n_layers: int, n_kv_heads: int, d_head: int) -> KVCache:
+        zeros = np.zeros((batch, n_kv_heads, 0, d_head), dtype=np.float32)
         return cls(np.zeros((batch, 0), dtype=np.int64), [zeros] * (2 * n_layers))
 
     @property

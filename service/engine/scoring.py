@@ -35,7 +35,7 @@ class PromptScorer:
     session: GraphSession
     settings: Settings
     executor: Executor  # the generator's worker thread
-    shape: tuple[int, int, int]  # the KV cache's (n_layers, n_heads, d_head)
+    shape: tuple[int, int, int]  # the KV cache's (n_layers, n_kv_heads, d_head)
     pad: int
     pending: int = field(default=0, init=False)  # requests waiting for or running on the worker thread
 

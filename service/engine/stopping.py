@@ -31,11 +31,13 @@ class StopRows(RowArrays):
         n = len(max_new)
         return cls(np.asarray(max_new, dtype=np.int64), np.zeros(n, dtype=np.int64), np.asarray(ignore_eos, dtype=bool))
 
-    def update(self, tokens: np.ndarray, eos: int) -> np.ndarray:
-        """Count one drawn token per row; return each row's code: RUNNING, END or LENGTH (END wins)."""
+    def update(self, tokens: np.ndarray, eos: int | np.ndarray) -> np.ndarray:
+        """Count one drawn token per row; return each row's code: RUNNING, END or LENGTH (END wins).
+        ``eos``: the end token, or an array of them (a model with several, e.g. Llama 3's)."""
         self.drawn[:] += 1
         codes = np.where(self.drawn >= self.max_new, LENGTH, RUNNING)
-        codes[(tokens == eos) & ~self.ignore_eos] = END
+        ended = tokens == eos if np.ndim(eos) == 0 else np.isin(tokens, eos)
+        codes[ended & ~self.ignore_eos] = END
         return codes
 
 

@@ -147,7 +147,7 @@ class TranslationModel:
         chooser = ChooserRows.create([r.seq.params.sampling or GREEDY for r in greedy], self.vocab_size, (), [0] * len(greedy))
         stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
         cross = CrossState(mask, [out[name] for name in self.cross])
-        cache = KVCache.empty(B, self.n_layers, self.artifact.n_heads, self.artifact.d_head)
+        cache = KVCache.empty(B, self.n_layers, self.artifact.n_kv_heads, self.artifact.d_head)
         targets = Targets.empty(B, self.artifact.max_positions)
         next_ids = np.full((B, 1), self.bos, dtype=np.int64)
         return [], TranslationBatch(self, requests, np.ones(B, np.int64), targets, chooser, stops, attention, cache, cross, next_ids)

@@ -15,6 +15,8 @@ from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
+# config.json "generation_defaults" keys: a generator's defaults (SamplingParams names, and max_new_tokens).
+GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
 
 
 class ArtifactError(ValueError):
@@ -77,10 +79,26 @@ class Artifact:
     normalize: bool = False
     dimensions_truncatable: bool = False
     weights_package: WeightsPackage | None = None  # graph weights an installed package ships
+    # A generator's end tokens when more than special_tokens.eos (config.json "eos_token_ids", from an imported
+    # checkpoint's generation_config.json), and its default sampling settings ("generation_defaults").
+    eos_token_ids: tuple[int, ...] = ()
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+    banned_token_ids: tuple[int, ...] = ()  # config.json "bad_words_ids" ([[id], ...]): never generated
 
     @property
     def n_heads(self) -> int:
         return self.dims["n_heads"]
+
+    @property
+    def end_tokens(self) -> tuple[int, ...]:
+        """Every token that ends a generation (special_tokens.eos unless eos_token_ids lists them)."""
+        return self.eos_token_ids or (self.special_tokens["eos"],)
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads per layer: what the KV cache holds (fewer than n_heads with grouped-query
+        attention; config.json states dims.n_kv_heads only then)."""
+        return self.dims.get("n_kv_heads", self.dims["n_heads"])
 
     @property
     def d_head(self) -> int:
@@ -174,6 +192,9 @@ def load_artifact(folder: Path) -> Artifact:
     for key in ("n_heads", "d_head", *contract.layer_dims):
         if not isinstance(dims.get(key), int) or dims[key] <= 0:
             raise ArtifactError(f"{where}: dims.{key} must be a positive integer")
+    kv_heads = dims.get("n_kv_heads", dims["n_heads"])
+    if not isinstance(kv_heads, int) or kv_heads <= 0 or dims["n_heads"] % kv_heads:
+        raise ArtifactError(f"{where}: dims.n_kv_heads must be a positive integer dividing dims.n_heads")
     specials = _require(data, "special_tokens", dict, where)
     for key in contract.special_tokens:
         if not isinstance(specials.get(key), int):
@@ -216,6 +237,19 @@ def load_artifact(folder: Path) -> Artifact:
     pooling = data.get("pooling")
     if pooling is not None and pooling not in POOLING_MODES:
         raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
+    eos_token_ids = data.get("eos_token_ids", [])
+    if not isinstance(eos_token_ids, list) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
+                                                      for t in eos_token_ids):
+        raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
+    bad_words = data.get("bad_words_ids", [])
+    if not isinstance(bad_words, list) or not all(
+            isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < data["vocab_size"]
+            for w in bad_words):
+        raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
+    generation_defaults = data.get("generation_defaults", {})
+    unknown = set(generation_defaults) - set(GENERATION_DEFAULTS) if isinstance(generation_defaults, dict) else {"?"}
+    if unknown:
+        raise ArtifactError(f"{where}: generation_defaults must be an object of {', '.join(GENERATION_DEFAULTS)}")
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -238,4 +272,7 @@ def load_artifact(folder: Path) -> Artifact:
         normalize=data.get("normalize", False),
         dimensions_truncatable=data.get("dimensions_truncatable", False),
         weights_package=weights_package,
+        eos_token_ids=tuple(eos_token_ids),
+        generation_defaults=dict(generation_defaults),
+        banned_token_ids=tuple(w[0] for w in bad_words),
     )

@@ -167,7 +167,8 @@ def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSess
 def _expected_dims(artifact: Artifact, name: str, rank: int) -> dict[int, tuple[int, str]]:
     """Axis -> (size, the config field that states it) for the tensors whose sizes config.json implies."""
     if name.startswith(KV_PREFIXES) and rank == 4:
-        return {1: (artifact.n_heads, "dims.n_heads"), 3: (artifact.d_head, "dims.d_head")}
+        heads = "dims.n_kv_heads" if "n_kv_heads" in artifact.dims else "dims.n_heads"
+        return {1: (artifact.n_kv_heads, heads), 3: (artifact.d_head, "dims.d_head")}
     if name.startswith(ATTENTION_PREFIXES) and rank == 4:
         return {1: (artifact.n_heads, "dims.n_heads")}
     if name == LOGITS and artifact.contract is CLASSIFICATION:
@@ -274,7 +275,7 @@ def _ids(*rows: list[int]) -> np.ndarray:
 
 
 def _empty_kv(artifact: Artifact, prefix: str, layers: int, batch: int = 1) -> dict[str, np.ndarray]:
-    empty = np.zeros((batch, artifact.n_heads, 0, artifact.d_head), dtype=np.float32)
+    empty = np.zeros((batch, artifact.n_kv_heads, 0, artifact.d_head), dtype=np.float32)
     return dict.fromkeys(kv_names(prefix, layers), empty)
 
 

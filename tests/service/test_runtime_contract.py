@@ -159,3 +159,30 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
         results[keep] = (out["logits"][:, -1], after[:, -1])  # type: ignore[index]
     for new, old in zip(results[True], results[False], strict=True):
         np.testing.assert_allclose(new, old, atol=1e-5)
+
+
+def test_an_artifact_without_n_kv_heads_caches_every_head(tiny_artifacts: Path) -> None:
+    artifact = load_artifact(tiny_artifacts / "generator")
+    assert "n_kv_heads" not in artifact.dims and artifact.n_kv_heads == artifact.n_heads
+
+
+@pytest.mark.parametrize(("kv_heads", "message"), [
+    (3, r"dims.n_kv_heads must be a positive integer dividing dims.n_heads"),
+    (4, r"n_kv_heads"),  # the graph's cache has 2 heads
+    (None, r"n_heads|n_kv_heads"),  # absent: n_heads (4) is what config.json then claims
+])
+def test_n_kv_heads_must_be_the_graphs(hf_decoder_imports: Path, tmp_path: Path, kv_heads: int | None,
+                                       message: str) -> None:
+    folder = tmp_path / "llama"
+    shutil.copytree(hf_decoder_imports / "artifacts" / "llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["dims"]["n_kv_heads"] == 2
+    if kv_heads is None:
+        del config["dims"]["n_kv_heads"]
+    else:
+        config["dims"]["n_kv_heads"] = kv_heads
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match=message):
+        artifact = load_artifact(folder)
+        session = GraphSession("llama", artifact.graphs[DECODER], OPTIONS)
+        check_artifact(artifact, {DECODER: session}, artifact.load_tokenizer(), 64)

@@ -1,0 +1,204 @@
+"""Imported Llama, Qwen2 and Mistral checkpoints through the running server: greedy tokens equal to
+transformers' generate() with prompts batched together and prefilled in chunks, logprobs equal to its
+scores, seeded sampling reproducible and streamed alike, and the checkpoint's end tokens and default
+max_new_tokens honoured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hf_checkpoints import DECODER_CHECKPOINTS
+from sse_events import events
+from tokenizers import Tokenizer
+
+from model import hf_parity
+
+MAX_NEW = 8
+PROMPTS = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
+
+
+def reference(hf_decoder_imports: Path, name: str) -> torch.nn.Module:
+    """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
+    folder = hf_decoder_imports / "checkpoints" / name
+    family = json.loads((folder / "config.json").read_text())["model_type"]
+    return hf_parity.fp16_rounded(hf_parity.load_hf_model(folder, family))
+
+
+def end_tokens(artifact: Path) -> set[int]:
+    config = json.loads((artifact / "config.json").read_text())
+    return set(config.get("eos_token_ids") or [config["special_tokens"]["eos"]])
+
+
+def greedy(model: torch.nn.Module, ids: list[int], ends: set[int]) -> tuple[list[int], list[float]]:
+    """transformers' greedy tokens (cut before the first end token, which the server does not return) and
+    the log-probabilities of each."""
+    prompt = torch.tensor([ids])
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=MAX_NEW,
+                         repetition_penalty=1.0, eos_token_id=sorted(ends), pad_token_id=min(ends),
+                         output_scores=True, return_dict_in_generate=True)
+    tokens = out.sequences[0, len(ids):].tolist()
+    logprobs = [float(torch.log_softmax(s[0], -1)[t]) for s, t in zip(out.scores, tokens, strict=False)]
+    cut = next((i for i, t in enumerate(tokens) if t in ends), len(tokens))
+    return tokens[:cut], logprobs[:cut]
+
+
+@pytest.fixture
+def serving_decoders(
+    serving: Callable[..., AbstractAsyncContextManager[Any]], hf_decoder_imports: Path
+) -> Callable[..., AbstractAsyncContextManager[Any]]:
+    def start(**overrides: Any) -> AbstractAsyncContextManager[Any]:
+        return serving(**{"artifacts_dir": hf_decoder_imports / "artifacts", **overrides})
+
+    return start
+
+
+@pytest.mark.parametrize("name", list(DECODER_CHECKPOINTS))
+async def test_greedy_tokens_and_logprobs_match_transformers(serving_decoders: Any, hf_decoder_imports: Path,
+                                                             name: str) -> None:
+    artifact = hf_decoder_imports / "artifacts" / name
+    model, tok, ends = reference(hf_decoder_imports, name), Tokenizer.from_file(str(artifact / "tokenizer.json")), \
+        end_tokens(artifact)
+    async with serving_decoders(models=name, prefill_chunk_tokens=4, max_wait_ms=20.0) as s:
+        # Sent together: they share batches (continuous batching) and their prompts are prefilled in chunks.
+        responses = await asyncio.gather(*(s.client.post("/v1/generate", json={
+            "prompt": prompt, "temperature": 0, "logprobs": True, "max_new_tokens": MAX_NEW, "model": name})
+            for prompt in PROMPTS))
+    lengths = []
+    for prompt, r in zip(PROMPTS, responses, strict=True):
+        assert r.status_code == 200, r.text
+        served = r.json()["tokens"]
+        expected, logprobs = greedy(model, tok.encode(prompt).ids, ends)
+        assert [t["id"] for t in served] == expected, prompt
+        assert [t["logprob"] for t in served] == pytest.approx(logprobs, abs=1e-3)
+        lengths.append(len(expected))
+    assert max(lengths) == MAX_NEW  # not a comparison of empty completions
+
+
+async def test_seeded_sampling_is_reproducible_and_streams_alike(serving_decoders: Any) -> None:
+    request = {"prompt": PROMPTS[0], "temperature": 0.9, "top_p": 0.95, "top_k": 50, "seed": 7, "logprobs": True,
+               "max_new_tokens": MAX_NEW, "ignore_eos": True, "model": "qwen2"}
+    async with serving_decoders(models="qwen2") as s:
+        first, second = [(await s.client.post("/v1/generate", json=request)).json() for _ in range(2)]
+        streamed = events((await s.client.post("/v1/generate", json={**request, "stream": True})).content)
+        other = (await s.client.post("/v1/generate", json={**request, "seed": 8})).json()
+    assert [t["id"] for t in first["tokens"]] == [t["id"] for t in second["tokens"]]
+    assert first["text"] == second["text"] and len(first["tokens"]) == MAX_NEW
+    assert [d["id"] for name, d in streamed if name == "token"] == [t["id"] for t in first["tokens"]]
+    assert streamed[-1][1]["text"] == first["text"]
+    assert [t["id"] for t in other["tokens"]] != [t["id"] for t in first["tokens"]]
+
+
+async def test_completions_serve_a_grouped_query_model(serving_decoders: Any) -> None:
+    async with serving_decoders(models="mistral") as s:
+        r = await s.client.post("/v1/completions", json={"model": "mistral", "prompt": "Dull.", "max_tokens": 4,
+                                                         "temperature": 0, "logprobs": 2, "stream": False})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 4
+
+
+async def test_generation_config_end_tokens_and_default_length(serving_decoders: Any, hf_decoder_imports: Path,
+                                                               tmp_path: Path) -> None:
+    """The "llama" checkpoint's generation_config.json: max_new_tokens 12 when a request says none; and a
+    copy whose eos_token_ids list a later greedy token ends there, with finish_reason eos."""
+    async with serving_decoders(models="llama") as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[1], "temperature": 0, "ignore_eos": True,
+                                                      "logprobs": True, "model": "llama"})
+    assert r.status_code == 200, r.text
+    first = r.json()
+    assert first["usage"]["completion_tokens"] == 12 and first["finish_reason"] == "length"
+    drawn = [t["id"] for t in first["tokens"]]
+    cut = next((i for i in range(1, len(drawn)) if drawn[i] not in drawn[:i]), None)
+    assert cut is not None, f"the random model repeats one token: {drawn}"
+    shutil.copytree(hf_decoder_imports / "artifacts" / "llama", tmp_path / "llama")
+    config = json.loads((tmp_path / "llama" / "config.json").read_text())
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(config | {"eos_token_ids": [1, drawn[cut]]}))
+    async with serving_decoders(models="llama", artifacts_dir=tmp_path) as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[1], "temperature": 0, "logprobs": True,
+                                                      "model": "llama"})
+    assert r.status_code == 200, r.text
+    assert r.json()["finish_reason"] == "eos"
+    assert [t["id"] for t in r.json()["tokens"]] == drawn[:cut]
+
+
+async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decoder_imports: Path) -> None:
+    """Every query head's map (grouped-query: 4 query heads over 2 key/value heads), as transformers' eager
+    attention computes it over the tokens fed."""
+    model = reference(hf_decoder_imports, "llama3")
+    async with serving_decoders(models="llama3") as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[2], "max_new_tokens": 4, "temperature": 0,
+                                                      "ignore_eos": True, "return_attention": True, "model": "llama3"})
+    assert r.status_code == 200, r.text
+    attention = r.json()["attention"]
+    layers = np.array(attention["layers"])  # [L, H, n, n] over the tokens fed
+    tok = Tokenizer.from_file(str(hf_decoder_imports / "artifacts" / "llama3" / "tokenizer.json"))
+    fed = torch.tensor([[tok.token_to_id(t) for t in attention["tokens"]]])
+    with torch.no_grad():
+        theirs = model(fed, output_attentions=True).attentions
+    expected = np.stack([a[0].numpy() for a in theirs])
+    assert layers.shape == expected.shape == (2, 4, fed.shape[1], fed.shape[1])
+    assert np.abs(layers - expected).max() < 1e-3
+
+
+async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_imports: Path, tmp_path: Path) -> None:
+    """config.json's bad_words_ids (from generation_config.json): greedy decoding then equals transformers'
+    generate(bad_words_ids=...) on the same tokens."""
+    artifact = hf_decoder_imports / "artifacts" / "mistral"
+    model, tok = reference(hf_decoder_imports, "mistral"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    ids = tok.encode(PROMPTS[0]).ids
+    free, _ = greedy(model, ids, end_tokens(artifact))
+    bad = sorted(set(free[:3]))
+    shutil.copytree(artifact, tmp_path / "mistral")
+    config = json.loads((artifact / "config.json").read_text())
+    (tmp_path / "mistral" / "config.json").write_text(json.dumps(config | {"bad_words_ids": [[t] for t in bad]}))
+    async with serving_decoders(models="mistral", artifacts_dir=tmp_path) as s:
+        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[0], "temperature": 0, "logprobs": True,
+                                                      "max_new_tokens": MAX_NEW, "ignore_eos": True, "model": "mistral"})
+    assert r.status_code == 200, r.text
+    served = [t["id"] for t in r.json()["tokens"]]
+    prompt = torch.tensor([ids])
+    expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=MAX_NEW,
+                              bad_words_ids=[[t] for t in bad], eos_token_id=None, pad_token_id=1)
+    assert not set(served) & set(bad)
+    assert served == expected[0, len(ids):].tolist()
+
+
+async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
+    serving_decoders: Any, hf_decoder_imports: Path, slow_down: Any
+) -> None:
+    """With a 2-token chunk budget, prompts that join a decoding batch are prefilled a column or two per
+    step against the grouped-query cache: still transformers' greedy tokens."""
+    from service.engine.generation import GenerationParams
+    from service.engine.sampling import SamplingParams
+
+    artifact = hf_decoder_imports / "artifacts" / "qwen2"
+    model, tok = reference(hf_decoder_imports, "qwen2"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    async with serving_decoders(models="qwen2", max_batch_size=8, prefill_chunk_tokens=2) as s:
+        gen = s.engine.generator
+        calls: list[tuple[int, ...]] = []
+        original = gen.model.run
+        gen.model.run = lambda ids, *a, **k: calls.append(ids.shape) or original(ids, *a, **k)
+        slow_down(gen.model.session, 0.01)
+        # Decodes for longer than the joining prompts take to go in, a column per row per step.
+        long = GenerationParams(max_new_tokens=55, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+        running = gen.scheduler.submit([gen.sequence(gen.tokenize(PROMPTS[1], "prompt"), long)], None, "prompt")
+        events = running.events()
+        await anext(events)  # decoding
+        calls.clear()
+        joined = await asyncio.gather(*(s.client.post("/v1/generate", json={
+            "prompt": prompt, "temperature": 0, "max_new_tokens": MAX_NEW, "logprobs": True, "model": "qwen2"})
+            for prompt in (PROMPTS[0], PROMPTS[2])))
+        assert [e async for e in events][-1].finish_reason == "length"
+    assert max(columns for _, columns in calls) <= 2, str(calls)  # no call fed a whole prompt
+    for prompt, r in zip((PROMPTS[0], PROMPTS[2]), joined, strict=True):
+        assert r.status_code == 200, r.text
+        expected, _ = greedy(model, tok.encode(prompt).ids, end_tokens(artifact))
+        assert [t["id"] for t in r.json()["tokens"]] == expected, prompt
