@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from service.contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from service.contract.names import LOGITS_TO_KEEP
+from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
@@ -77,6 +78,7 @@ class Artifact:
     normalize: bool = False
     dimensions_truncatable: bool = False
     weights_package: WeightsPackage | None = None  # graph weights an installed package ships
+    chat_template: ChatTemplateSpec | None = None  # an imported checkpoint's (service/runtime/chat_template_spec.py)
 
     @property
     def n_heads(self) -> int:
@@ -216,6 +218,12 @@ def load_artifact(folder: Path) -> Artifact:
     pooling = data.get("pooling")
     if pooling is not None and pooling not in POOLING_MODES:
         raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
+    chat_template = None
+    if data.get(CHAT_TEMPLATE) is not None:
+        try:
+            chat_template = parse_chat_template(folder, data[CHAT_TEMPLATE], where)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -238,4 +246,5 @@ def load_artifact(folder: Path) -> Artifact:
         normalize=data.get("normalize", False),
         dimensions_truncatable=data.get("dimensions_truncatable", False),
         weights_package=weights_package,
+        chat_template=chat_template,
     )
