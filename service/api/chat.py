@@ -104,7 +104,9 @@ def chat_logprobs(tokens: list[TokenEvent], generator: GenerationService) -> Cha
 class _ChatChunks:
     """The `chat.completion.chunk` events of one streamed response (the StreamChunks of completions.py)."""
 
-    def __init__(self, model: str, body: ChatCompletionRequest, prompt_tokens: int, generator: GenerationService) -> None:
+    def __init__(
+        self, model: str, body: ChatCompletionRequest, prompt_tokens: int, generator: GenerationService
+    ) -> None:
         self.id, self.created, self.model = f"chatcmpl-{new_request_id()}", int(time.time()), model
         self.body, self.prompt_tokens, self.generator = body, prompt_tokens, generator
         self.include_usage = body.stream_options is not None and body.stream_options.include_usage

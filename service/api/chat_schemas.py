@@ -65,7 +65,8 @@ class ChatCompletionRequest(OpenAISampling):
                 CHOICES_RULE,
             ],
             "examples": [
-                {"model": "generator", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16, "seed": 42}
+                {"model": "generator", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16,
+                 "seed": 42}
             ],
         }
     )
@@ -75,7 +76,7 @@ class ChatCompletionRequest(OpenAISampling):
     )
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: int | None = Field(
-        None, ge=1, description="deprecated name of max_completion_tokens; default: the server's (SERVE_MAX_NEW_TOKENS)"
+        None, ge=1, description="max_completion_tokens' older name; default: the server's (within SERVE_MAX_NEW_TOKENS)"
     )
     max_completion_tokens: int | None = Field(None, ge=1, description="beyond the context: clamped (finish 'length')")
     logprobs: bool = False
@@ -84,7 +85,7 @@ class ChatCompletionRequest(OpenAISampling):
         None, description="`{\"type\": \"text\"}` only: no JSON-constrained decoding", json_schema_extra={
             "properties": {"type": {"const": "text"}}, "required": ["type"]}
     )
-    tools: list[dict[str, Any]] | None = Field(None, description="accepted only with tool_choice 'none' (no tool calls)")
+    tools: list[dict[str, Any]] | None = Field(None, description="only with tool_choice 'none' (no tool calls)")
     tool_choice: Literal["none"] | None = Field(None, description="'none' only: tool calling is not supported")
 
     @field_validator("tool_choice", mode="before")
@@ -98,7 +99,8 @@ class ChatCompletionRequest(OpenAISampling):
     def _supported(self) -> ChatCompletionRequest:
         if self.response_format is not None and self.response_format.get("type") != "text":
             kind = self.response_format.get("type")
-            raise FieldError("response_format.type", f"only 'text' is supported, not {kind!r} (no JSON-constrained decoding)")
+            message = f"only 'text' is supported, not {kind!r} (no JSON-constrained decoding)"
+            raise FieldError("response_format.type", message)
         if self.tools and self.tool_choice != "none":
             raise FieldError("tools", "tool calling is not supported: send no tools, or tool_choice 'none'")
         if self.top_logprobs and not self.logprobs:
@@ -112,7 +114,9 @@ class ChatCompletionRequest(OpenAISampling):
     @property
     def max_tokens_field(self) -> str:
         """The field the client set the budget with, for errors about it."""
-        return "max_tokens" if self.max_completion_tokens is None and self.max_tokens is not None else "max_completion_tokens"
+        if self.max_completion_tokens is None and self.max_tokens is not None:
+            return "max_tokens"
+        return "max_completion_tokens"
 
 
 class ChatTopLogprob(Response):

@@ -1,5 +1,6 @@
-"""OpenAI's error body on the OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`, `/v1/embeddings`, `/v1/models...`):
-`{"error": {"message", "type", "param", "code"}}`, so the OpenAI SDKs fill `e.param` and `e.code`.
+"""OpenAI's error body on the OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`,
+`/v1/embeddings`, `/v1/models...`): `{"error": {"message", "type", "param", "code"}}`, so the OpenAI SDKs
+fill `e.param` and `e.code`.
 Every other route keeps the project's shape (service/api/errors.py)."""
 
 from __future__ import annotations

@@ -83,8 +83,10 @@ class TaskService(Generic[SeqT]):
             encodings = tokenizer.encode_batch(list(inputs), add_special_tokens=add_special_tokens)
         else:  # no batch machinery (rayon) for the short texts of the hot path
             encode, add = tokenizer.encode, add_special_tokens
-            encodings = [encode(*x, add_special_tokens=add) if isinstance(x, tuple) else encode(x, add_special_tokens=add)
-                         for x in inputs]
+            encodings = [
+                encode(*x, add_special_tokens=add) if isinstance(x, tuple) else encode(x, add_special_tokens=add)
+                for x in inputs
+            ]
         return [e if limit is None or len(e) <= limit else len(e) for e in encodings]
 
     async def encode(

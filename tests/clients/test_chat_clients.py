@@ -13,7 +13,10 @@ from langchain_openai import ChatOpenAI
 
 from tests.clients.conftest import Server
 
-MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Where is the train station?"}]
+MESSAGES = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "Where is the train station?"},
+]
 
 
 @pytest.fixture(scope="module")

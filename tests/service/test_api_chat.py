@@ -87,10 +87,11 @@ async def test_response_shape(chat: Any) -> None:
 
 
 async def test_content_parts_developer_role_and_max_completion_tokens(chat: Any) -> None:
-    parts = [{"role": "developer", "content": "Be brief."},
-             {"role": "user", "content": [{"type": "text", "text": "Where is the "}, {"type": "text", "text": "train station?"}]}]
+    text_parts = [{"type": "text", "text": "Where is the "}, {"type": "text", "text": "train station?"}]
+    parts = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": text_parts}]
     plain = [{"role": "system", "content": "Be brief."}, *USER]
-    a = (await chat.client.post(PATH, json={**BASE, "messages": parts, "max_completion_tokens": 3, "max_tokens": 9})).json()
+    both = {"max_completion_tokens": 3, "max_tokens": 9}
+    a = (await chat.client.post(PATH, json={**BASE, "messages": parts, **both})).json()
     b = (await chat.client.post(PATH, json={**BASE, "messages": plain, "max_tokens": 3})).json()
     assert a["choices"] == b["choices"] and a["usage"] == b["usage"]
     assert a["usage"]["completion_tokens"] <= 3
@@ -222,7 +223,8 @@ async def test_documented_with_its_schema(chat: Any) -> None:
     operation = document["paths"][PATH]["post"]
     ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
-    assert {"messages", "stream_options", "max_completion_tokens", "logprobs", "top_logprobs"} <= set(schema["properties"])
+    fields = {"messages", "stream_options", "max_completion_tokens", "logprobs", "top_logprobs"}
+    assert fields <= set(schema["properties"])
     assert schema["examples"][0]["model"] == "chat"
     model = next(m for m in schema["properties"]["model"]["anyOf"] if m.get("type") == "string")
     assert model["enum"] == ["chat"]

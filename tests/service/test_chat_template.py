@@ -89,7 +89,8 @@ def test_a_template_that_does_not_compile_is_an_artifact_error(hf_tokenizer: Any
 
 
 def test_tojson_keeps_non_ascii_and_html(hf_tokenizer: Any) -> None:
-    rendered = ours("{{ messages[0]['content'] | tojson }}", hf_tokenizer).render([{"role": "user", "content": "é<&>"}])
+    template = ours("{{ messages[0]['content'] | tojson }}", hf_tokenizer)
+    rendered = template.render([{"role": "user", "content": "é<&>"}])
     assert rendered == '"é<&>"'
 
 
