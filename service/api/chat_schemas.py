@@ -19,10 +19,14 @@ PLACEHOLDER_MODELS = ("tgi", "dummy")
 class ContentPart(Request):
     """One part of a message's content: only text parts are supported (no images or audio)."""
 
-    model_config = ConfigDict(extra="allow")  # a part of another type carries its own fields; `type` names it
+    # A part of another type carries its own fields: allowed here, so that the error names its `type`.
+    # The document states what is accepted: {"type": "text", "text": ...} and nothing else.
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"additionalProperties": False, "required": ["type", "text"]}
+    )
 
     type: str = Field(json_schema_extra={"const": "text"})
-    text: str | None = None
+    text: str | None = Field(None, json_schema_extra={"type": "string"})
 
     @field_validator("type")
     @classmethod
@@ -61,6 +65,10 @@ class ChatCompletionRequest(OpenAISampling):
                     "if": {"properties": {"top_logprobs": {"type": "integer", "exclusiveMinimum": 0}},
                            "required": ["top_logprobs"]},
                     "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
+                },
+                {
+                    "if": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+                    "then": {"properties": {"tool_choice": {"const": "none"}}, "required": ["tool_choice"]},
                 },
                 CHOICES_RULE,
             ],
