@@ -230,3 +230,28 @@ async def test_documented_with_its_schema(chat: Any) -> None:
     assert model["enum"] == ["chat"]
     r = await chat.client.post(PATH, json=schema["examples"][0])
     assert r.status_code == 200, r.text
+
+
+async def test_schemathesis_can_generate_chat_requests(chat: Any) -> None:
+    """The chat body stays one schemathesis can draw data from (as every body, tests/service/test_api_openapi.py)."""
+    import jsonschema_rs
+    from jsonschema_rs import canonical
+
+    document = chat.app.openapi()
+    body = document["paths"][PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    form = jsonschema_rs.canonicalize({**body, "components": document["components"]})
+    assert form.kind != canonical.CanonicalKind.RAW
+
+
+async def test_a_template_that_does_not_compile_stops_start_up_naming_the_file(
+    serving: Any, chat_artifacts: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    shutil.copytree(chat_artifacts / "chat", tmp_path / "chat")
+    (tmp_path / "chat" / "chat_template.jinja").write_text("{% for message in messages %}")
+    from service.runtime.artifact import ArtifactError
+
+    with pytest.raises(ArtifactError, match=r"chat_template\.jinja: the chat template does not compile"):
+        async with serving(artifacts_dir=tmp_path, models="chat"):
+            pass
