@@ -255,3 +255,12 @@ async def test_a_template_that_does_not_compile_stops_start_up_naming_the_file(
     with pytest.raises(ArtifactError, match=r"chat_template\.jinja: the chat template does not compile"):
         async with serving(artifacts_dir=tmp_path, models="chat"):
             pass
+
+
+async def test_streamed_logprobs_match_whole(chat: Any) -> None:
+    args = {**BASE, "logprobs": True, "top_logprobs": 1, "temperature": 0}
+    whole = (await chat.client.post(PATH, json=args)).json()["choices"][0]["logprobs"]["content"]
+    events = chunks((await chat.client.post(PATH, json={**args, "stream": True})).content)[:-1]
+    streamed = [t for e in events if e["choices"][0]["logprobs"] for t in e["choices"][0]["logprobs"]["content"]]
+    assert [t["token"] for t in streamed] == [t["token"] for t in whole] and whole
+    assert [t["logprob"] for t in streamed] == pytest.approx([t["logprob"] for t in whole], abs=1e-5)
