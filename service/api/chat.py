@@ -158,7 +158,7 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
     assert generator.chat_template is not None  # chat_generator refuses a model without one
     prompt = generator.chat_template.render(template_messages(body.messages))  # a 422 if the template refuses
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, model=generator.name,
+    job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, generator.name,
                      add_special_tokens=False)
     with fields_as_sent({"max_new_tokens": body.max_tokens_field}):
         handle = await generator.submit(job)

@@ -49,10 +49,12 @@ def openai_job(
     fields: list[str],
     max_new_tokens: int | None,
     logprobs: int | None,
-    **more: Any,
+    model: str | None,
+    score_prompts: int | None = None,
+    add_special_tokens: bool = True,
 ) -> GenerationJob:
     """The engine job of an OpenAI request (completions, chat completions): one sequence per (prompt, choice),
-    choice i of prompt j is j * n + i, as OpenAI numbers them; `more`: the route's own job options."""
+    choice i of prompt j is j * n + i, as OpenAI numbers them."""
     return GenerationJob(
         prompts,
         fields,
@@ -67,7 +69,9 @@ def openai_job(
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,
         n=body.n,
-        **more,
+        score_prompts=score_prompts,
+        model=model,
+        add_special_tokens=add_special_tokens,
     )
 
 
@@ -75,7 +79,7 @@ def _job(body: CompletionRequest, model: str) -> GenerationJob:
     prompts = _prompts(body)
     fields = ["prompt"] if len(prompts) == 1 else [f"prompt[{j}]" for j in range(len(prompts))]
     score_prompts = body.logprobs if body.echo else None  # the echoed prompt's logprobs
-    return openai_job(body, prompts, fields, body.max_tokens, body.logprobs, score_prompts=score_prompts, model=model)
+    return openai_job(body, prompts, fields, body.max_tokens, body.logprobs, model, score_prompts=score_prompts)
 
 
 def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: GenerationService) -> list[str]:
