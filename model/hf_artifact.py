@@ -15,11 +15,12 @@ from typing import Any
 from model.card import count_parameters, use_sections
 from model.embedder import Embedder
 from model.export import export_model
+from model.hf_chat_template import write_chat_template
 from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
 from model.hf_tokenizer import load_tokenizer, special_tokens
 from model.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 
-SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json",
+SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "chat_template.jinja",
                 "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
                 "sentencepiece.bpe.model", "source.spm", "target.spm", "README.md")
 
@@ -151,6 +152,8 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
                             f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")
     parity = torch_parity(result, checkpoint, tokenizer, specials)
     export_imported(result, tokenizer, out, name, int8, fp16_storage)
+    if result.kind == "generator" and write_chat_template(checkpoint, out):  # chat needs the checkpoint's template
+        result.notes.append("chat template from the checkpoint: POST /v1/chat/completions renders with it")
     card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
                        onnx_parity(parity, family, out))
     write_card(out, card)

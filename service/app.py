@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import classify, completions, embeddings, generate, health, hf, models, tei, tokenizer, translate
+from service.api import chat, classify, completions, embeddings, generate, health, hf, models, tei, tokenizer, translate
 from service.api.auth import ApiKeyMiddleware
 from service.api.budget import BudgetMiddleware
 from service.api.docs import install_docs
@@ -129,7 +129,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         )
     app.add_middleware(SecurityHeadersMiddleware)  # outermost of all: every response carries them
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
-    for module in (translate, generate, completions, classify, embeddings, tei, hf, models, tokenizer):
+    for module in (translate, generate, completions, chat, classify, embeddings, tei, hf, models, tokenizer):
         app.include_router(module.router, responses=tei.TEI_ERRORS if module is tei else ERRORS)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(metrics_router)

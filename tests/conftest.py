@@ -128,21 +128,42 @@ def hf_decoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
                                  build_decoder)
 
 
+@pytest.fixture(scope="session")
+def chat_import(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny GPT-2 checkpoint with a ChatML template in its tokenizer_config.json (tests/chat_checkpoint.py) in
+    ``checkpoints/chat`` and its import in ``artifacts/chat``; built once per source version."""
+    from chat_checkpoint import NAME, build_chat_checkpoint
+
+    sources = (REPO / "tests" / "chat_checkpoint.py", REPO / "tests" / "chat_templates.py")
+    return _imported_checkpoints(request, tmp_path_factory, "hf-chat-import", [NAME], build_chat_checkpoint, sources)
+
+
+@pytest.fixture(scope="session")
+def chat_artifacts(chat_import: Path, tiny_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder serving the tiny chat import (``chat``, with a template) and the tiny ``generator`` (without)."""
+    folder = tmp_path_factory.mktemp("chat-artifacts")
+    shutil.copytree(chat_import / "artifacts" / "chat", folder / "chat")
+    shutil.copytree(tiny_artifacts / "generator", folder / "generator")
+    return folder
+
+
 def _imported_checkpoints(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     cache_name: str,
     names: list[str],
     build: Callable[[str, Path], Path],
+    sources: tuple[Path, ...] = (),
 ) -> Path:
     """``checkpoints/<name>`` built by `build` and ``artifacts/<name>`` imported from it, cached in pytest's
-    cache under a digest of the model code, transformers' version and tests/hf_checkpoints.py."""
+    cache under a digest of the model code, transformers' version, tests/hf_checkpoints.py and `sources`."""
     import transformers
 
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir(cache_name)) if cache is not None else tmp_path_factory.mktemp(cache_name)
     digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
-    digest.update((REPO / "tests" / "hf_checkpoints.py").read_bytes())
+    for source in (REPO / "tests" / "hf_checkpoints.py", *sources):
+        digest.update(source.read_bytes())
     folder = root / digest.hexdigest()[:16]
     if not all((folder / "artifacts" / name / "golden.json").is_file() for name in names):
         from model.hf_artifact import import_to_artifact

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 
@@ -12,7 +12,14 @@ from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ENGINE_STATUS, fields_as_sent, log_internal_error
 from service.api.generate import sampling_params, stop_strings
 from service.api.openai_errors import openai_error_body
-from service.api.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Usage
+from service.api.schemas import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    OpenAISampling,
+    Usage,
+)
 from service.api.sse import sse, streaming_response
 from service.api.tracing import new_request_id
 from service.engine.errors import EngineError
@@ -36,13 +43,22 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
     return list(p)  # type: ignore[arg-type]
 
 
-def _job(body: CompletionRequest, model: str) -> GenerationJob:
-    """One sequence per (prompt, choice): choice i of prompt j is j * n + i, as OpenAI numbers them."""
-    prompts = _prompts(body)
+def openai_job(
+    body: OpenAISampling,
+    prompts: list[str | list[int]],
+    fields: list[str],
+    max_new_tokens: int | None,
+    logprobs: int | None,
+    model: str | None,
+    score_prompts: int | None = None,
+    add_special_tokens: bool = True,
+) -> GenerationJob:
+    """The engine job of an OpenAI request (completions, chat completions): one sequence per (prompt, choice),
+    choice i of prompt j is j * n + i, as OpenAI numbers them."""
     return GenerationJob(
         prompts,
-        ["prompt"] if len(prompts) == 1 else [f"prompt[{j}]" for j in range(len(prompts))],
-        max_new_tokens=body.max_tokens,
+        fields,
+        max_new_tokens=max_new_tokens,
         sampling=sampling_params(
             body,
             presence_penalty=body.presence_penalty,
@@ -51,11 +67,19 @@ def _job(body: CompletionRequest, model: str) -> GenerationJob:
         ),
         stop=stop_strings(body.stop),
         ignore_eos=body.ignore_eos,
-        logprobs=body.logprobs,
+        logprobs=logprobs,
         n=body.n,
-        score_prompts=body.logprobs if body.echo else None,  # the echoed prompt's logprobs
+        score_prompts=score_prompts,
         model=model,
+        add_special_tokens=add_special_tokens,
     )
+
+
+def _job(body: CompletionRequest, model: str) -> GenerationJob:
+    prompts = _prompts(body)
+    fields = ["prompt"] if len(prompts) == 1 else [f"prompt[{j}]" for j in range(len(prompts))]
+    score_prompts = body.logprobs if body.echo else None  # the echoed prompt's logprobs
+    return openai_job(body, prompts, fields, body.max_tokens, body.logprobs, model, score_prompts=score_prompts)
 
 
 def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: GenerationService) -> list[str]:
@@ -125,7 +149,7 @@ def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationServic
     )
 
 
-def _usage(results: list[GenerationResult], prompt_tokens: int) -> Usage:
+def usage(results: list[GenerationResult], prompt_tokens: int) -> Usage:
     completion = sum(r.completion_tokens for r in results)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
 
@@ -184,7 +208,7 @@ class _Chunks:
         options = self.body.stream_options
         if options is not None and options.include_usage:
             prompt_tokens = sum(len(ids) for ids in self.prompt_ids)
-            chunks.append(self.chunk([], _usage(self.results, prompt_tokens)))
+            chunks.append(self.chunk([], usage(self.results, prompt_tokens)))
         return [*chunks, sse("[DONE]")]
 
     @staticmethod
@@ -194,7 +218,19 @@ class _Chunks:
         return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
 
 
-async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> AsyncIterator[str]:
+class StreamChunks(Protocol):
+    """What an OpenAI stream is built from: the chunks before the first token, one per event, the last ones."""
+
+    def start(self) -> list[str]: ...
+
+    def event(self, index: int, event: TokenEvent | GenerationResult) -> str | None: ...
+
+    def end(self) -> list[str]: ...
+
+
+async def openai_stream(
+    chunks: StreamChunks, events: AsyncIterator[tuple[int, Any]], where: str = "POST /v1/completions"
+) -> AsyncIterator[str]:
     try:
         for chunk in chunks.start():
             yield chunk
@@ -208,7 +244,7 @@ async def _stream(chunks: _Chunks, events: AsyncIterator[tuple[int, Any]]) -> As
         yield sse(openai_error_body(ENGINE_STATUS.get(type(exc), 500), exc.type, exc.message, exc.field))
         yield sse("[DONE]")
     except Exception as exc:
-        log_internal_error(exc, "POST /v1/completions (stream)")
+        log_internal_error(exc, f"{where} (stream)")
         yield sse(openai_error_body(500, "internal_error", "internal server error", None))
         yield sse("[DONE]")
     finally:
@@ -229,7 +265,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
     if body.stream:
         chunks = _Chunks(generator.name, body, prompt_ids, echoes, echo_logprobs, generator)
         events = handle.indexed_events() if handle.sequences else _echoed(body, prompt_ids)
-        return streaming_response(request, _stream(chunks, events))
+        return streaming_response(request, openai_stream(chunks, events))
     if handle.sequences:
         results = await unless_disconnected(request, handle.results())
     else:
@@ -248,7 +284,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
         created=int(time.time()),
         model=generator.name,
         choices=choices,
-        usage=_usage(results, sum(len(ids) for ids in prompt_ids)),  # each prompt counted once, as OpenAI does
+        usage=usage(results, sum(len(ids) for ids in prompt_ids)),  # each prompt counted once, as OpenAI does
     )
 
 

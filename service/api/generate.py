@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
 from service.api.schemas import (
-    CompletionRequest,
     GeneratedToken,
     GenerateRequest,
     GenerateResponse,
+    OpenAISampling,
     TopLogprob,
     TranslateRequest,
     Usage,
@@ -30,9 +30,9 @@ STREAM_DOC = stream_doc(
 )
 
 
-def sampling_params(body: GenerateRequest | CompletionRequest | TranslateRequest, **more: Any) -> SamplingParams:
-    """The sampling options /v1/generate, /v1/completions and /v1/translate (with do_sample) share, and
-    `more` of completions' own."""
+def sampling_params(body: GenerateRequest | OpenAISampling | TranslateRequest, **more: Any) -> SamplingParams:
+    """The sampling options /v1/generate, the OpenAI routes and /v1/translate (with do_sample) share, and
+    `more` of the OpenAI routes' own."""
     return SamplingParams(
         temperature=body.temperature,
         top_k=body.top_k,

@@ -16,7 +16,9 @@ from service.api.asgi import HttpMiddleware
 from service.api.errors import error_response, internal_error_response, log_internal_error
 from service.engine.metrics import Metrics
 
-INFERENCE_PATHS = frozenset({"/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"})
+INFERENCE_PATHS = frozenset(
+    {"/v1/translate", "/v1/generate", "/v1/completions", "/v1/chat/completions", "/v1/classify"}
+)
 # TGI / Inference API routes (service/api/hf.py); POST /models/{name} is one too.
 HF_INFERENCE_PATHS = frozenset({"/generate", "/generate_stream", "/"})
 KNOWN_PATHS = INFERENCE_PATHS | HF_INFERENCE_PATHS | {

@@ -1,5 +1,6 @@
-"""OpenAI's error body on the OpenAI-compatible routes (`/v1/completions`, `/v1/embeddings`, `/v1/models...`):
-`{"error": {"message", "type", "param", "code"}}`, so the OpenAI SDKs fill `e.param` and `e.code`.
+"""OpenAI's error body on the OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`,
+`/v1/embeddings`, `/v1/models...`): `{"error": {"message", "type", "param", "code"}}`, so the OpenAI SDKs
+fill `e.param` and `e.code`.
 Every other route keeps the project's shape (service/api/errors.py)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 from service.api.error_rewrite import ErrorShapeMiddleware, on_paths
 
-OPENAI_PATHS = ("/v1/completions", "/v1/embeddings", "/v1/models")
+OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models")
 # Our error types that OpenAI names otherwise.
 CODES = {"unauthorized": "invalid_api_key", "model_not_loaded": "model_not_found"}
 

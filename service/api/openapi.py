@@ -9,7 +9,8 @@ and every example succeeds as shown (tests/clients/test_playground.py runs each 
   the task of POST /'s default model, one POST /models/<name> operation per served model (a body valid
   for one task is refused by another, which one templated operation cannot state) and one
   POST /models/<name>/pipeline/<task> per model and task it serves; the routes of a task no loaded model
-  serves (the embedding routes without an embedder, /rerank without a one-label classifier) are left out."""
+  serves (the embedding routes without an embedder, /rerank without a one-label classifier, chat completions
+  without a generator that has a chat template) are left out."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
+from service.api.chat import PATH as CHAT_PATH
+from service.api.chat import chat_models
 from service.api.hf import DISPATCH_BODIES
 from service.api.hf_embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
 from service.api.hf_tasks import served_tasks
@@ -81,6 +84,8 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
     for component, task in MODEL_FIELDS.items():
         if component in components:
             _name_models(components[component], engine.model_names(task) if task else served)
+    if "ChatCompletionRequest" in components:  # the generators that have a chat template
+        _name_models(components["ChatCompletionRequest"], chat_models(engine))
     if engine.classifier is not None and "ClassifyRequest" in components:
         top_k = components["ClassifyRequest"]["properties"]["top_k"]
         _member(top_k, "integer")["maximum"] = len(engine.classifier.labels)
@@ -158,6 +163,8 @@ def _drop_unserved(schema: dict[str, Any], engine: Engine) -> None:
         unserved += ["/v1/embeddings", "/embed"]
     if reranker_or_none(engine) is None:
         unserved.append("/rerank")
+    if not chat_models(engine):  # every chat request would be a 400: no loaded model has a chat template
+        unserved.append(CHAT_PATH)
     for path in unserved:
         schema["paths"].pop(path, None)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from service.api.chat import chat_models
 from service.api.schemas import TOKEN_ID_DIGITS
 from service.api.served import services
 from service.engine.engine import Engine
@@ -185,7 +186,8 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
                 member["maximum"] = min(caps)
     if any(settings.max_new_tokens < s.artifact.max_positions - 1 for s in generators.values()):
         for component, field in (("GenerateRequest", "max_new_tokens"), ("CompletionRequest", "max_tokens"),
-                                 ("TgiParameters", "max_new_tokens")):  # fmt: skip
+                                 ("TgiParameters", "max_new_tokens"), ("ChatCompletionRequest", "max_tokens"),
+                                 ("ChatCompletionRequest", "max_completion_tokens")):  # fmt: skip
             for member in _integers(prop(component, field) or {}):
                 member["maximum"] = settings.max_new_tokens
 
@@ -210,6 +212,10 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     if completions is not None and generators:
         vocabs = {n: g.artifact.vocab_size for n, g in generators.items()}
         _per_model(completions, vocabs, None, _bound_logit_bias, _logit_bias_rule)
+    chat = components.get("ChatCompletionRequest")
+    chatting = {n: generators[n].artifact.vocab_size for n in chat_models(engine) if n in generators}
+    if chat is not None and chatting:  # an absent model (or a placeholder) is the first chat model
+        _per_model(chat, chatting, next(iter(chatting)), _bound_logit_bias, _logit_bias_rule)
     if "DetokenizeRequest" in components and by_name:
         most = getattr(settings, "max_tokenize_tokens", None)
         ids = {n: (s.artifact.vocab_size, most) for n, s in by_name.items()}

@@ -266,7 +266,42 @@ CHOICES_RULE = {
 }
 
 
-class CompletionRequest(Request):
+class OpenAISampling(Request):
+    """The sampling options OpenAI's completions and chat completions share, plus `top_k`,
+    `repetition_penalty` and `ignore_eos` (as vLLM)."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=16)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=4)] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        None,
+        max_length=MAX_LOGIT_BIAS,
+        description="token id (decimal string) -> bias added to its logit",
+        json_schema_extra={"propertyNames": {"pattern": f"^{TOKEN_ID.pattern}$"}},
+    )
+    user: str | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = off; beyond the vocabulary: all")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    ignore_eos: bool = False
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            # ASCII digits only: str.isdigit() also accepts "²" and Arabic-Indic digits, which int() refuses
+            # or reads as another token.
+            if not TOKEN_ID.fullmatch(key):
+                raise ValueError(f"keys must be token ids (at most {TOKEN_ID_DIGITS} ASCII digits), got {key[:20]!r}")
+        return value
+
+
+class CompletionRequest(OpenAISampling):
     """The OpenAI completions API, plus `top_k`, `repetition_penalty` and `ignore_eos` (as vLLM)."""
 
     model_config = ConfigDict(
@@ -292,38 +327,9 @@ class CompletionRequest(Request):
     max_tokens: int | None = Field(
         16, ge=0, description="0 with echo: score the prompt only; beyond the context: clamped (finish 'length')"
     )
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n: int = Field(1, ge=1, le=16)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False
-    stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=4)] | None = None
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     best_of: int | None = Field(None, ge=1, le=16, description="only best_of == n is supported")
-    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
-        None,
-        max_length=MAX_LOGIT_BIAS,
-        description="token id (decimal string) -> bias added to its logit",
-        json_schema_extra={"propertyNames": {"pattern": f"^{TOKEN_ID.pattern}$"}},
-    )
-    user: str | None = None
-    seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = off; beyond the vocabulary: all")
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
-    ignore_eos: bool = False
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key in value or {}:
-            # ASCII digits only: str.isdigit() also accepts "²" and Arabic-Indic digits, which int() refuses
-            # or reads as another token.
-            if not TOKEN_ID.fullmatch(key):
-                raise ValueError(f"keys must be token ids (at most {TOKEN_ID_DIGITS} ASCII digits), got {key[:20]!r}")
-        return value
 
     @model_validator(mode="after")
     def _supported(self) -> CompletionRequest:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from tokenizers import Encoding
 
 from service.engine.attention import check_budget, check_length
+from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
 from service.engine.generation import (
     GenerationModel,
@@ -47,6 +48,7 @@ class GenerationJob:
     truncate: int | None = None  # keep the last `truncate` prompt tokens (TGI's parameter)
     score_prompts: int | None = None  # also score every prompt token, with this many top logprobs
     model: str | None = None  # None: the task's default model
+    add_special_tokens: bool = True  # false for a rendered chat: its template wrote the special tokens
 
 
 class GenerationHandle(Handle[TokenEvent, GenerationResult]):
@@ -79,6 +81,8 @@ class GenerationService(TaskService[GenerationSequence]):
         shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
         self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)
+        # Compiled once; None for a model without one (our own generator): chat requests are refused.
+        self.chat_template = ChatTemplate(artifact.chat_template) if artifact.chat_template is not None else None
 
     @property
     def max_prompt_tokens(self) -> int:
@@ -181,7 +185,8 @@ class GenerationService(TaskService[GenerationSequence]):
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
         limit = self.max_scored_tokens if job.max_new_tokens == 0 else self.max_prompt_tokens
         texts = [p for p in job.prompts if isinstance(p, str)]
-        encoded = iter(await self.encode(texts, None if job.truncate is not None else limit) if texts else ())
+        cut = None if job.truncate is not None else limit
+        encoded = iter(await self.encode(texts, cut, add_special_tokens=job.add_special_tokens) if texts else ())
         prompt_ids = [
             self.tokenize(p, f, job.truncate, limit, next(encoded) if isinstance(p, str) else None)
             for p, f in zip(job.prompts, job.fields, strict=True)

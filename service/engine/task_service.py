@@ -69,31 +69,40 @@ class TaskService(Generic[SeqT]):
         limit: int | None,
         batch: bool = False,
         truncation: TruncationDirection | None = None,
+        add_special_tokens: bool = True,
     ) -> list[Encoding | int]:
         """Each input's Encoding; past `limit` tokens only its token count, the Encoding freed here (on a worker
         thread: a refused 900 KB text's ~15 MB is gone before the heap is trimmed, not held by the 422's
         traceback), or cut to `limit` from the `truncation` side. `batch`: with encode_batch, which releases
-        the GIL (for worker threads)."""
+        the GIL (for worker threads). `add_special_tokens` false: the text already holds them (a chat template's
+        rendering)."""
         tokenizer = self.tokenizer
         if truncation is not None and limit is not None:
             tokenizer = self.truncating_tokenizer(limit, truncation)
         if batch:
-            encodings = tokenizer.encode_batch(list(inputs))
+            encodings = tokenizer.encode_batch(list(inputs), add_special_tokens=add_special_tokens)
         else:  # no batch machinery (rayon) for the short texts of the hot path
-            encode = tokenizer.encode
-            encodings = [encode(*x) if isinstance(x, tuple) else encode(x) for x in inputs]
+            encode, add = tokenizer.encode, add_special_tokens
+            encodings = [
+                encode(*x, add_special_tokens=add) if isinstance(x, tuple) else encode(x, add_special_tokens=add)
+                for x in inputs
+            ]
         return [e if limit is None or len(e) <= limit else len(e) for e in encodings]
 
     async def encode(
-        self, inputs: Sequence[TokenizerInput], limit: int | None, truncation: TruncationDirection | None = None
+        self,
+        inputs: Sequence[TokenizerInput],
+        limit: int | None,
+        truncation: TruncationDirection | None = None,
+        add_special_tokens: bool = True,
     ) -> list[Encoding | int]:
         """`encode_now`: in place for short texts, on the tokenizer worker slots for long ones."""
         chars = sum(len(x) if isinstance(x, str) else len(x[0]) + len(x[1]) for x in inputs)
         if chars <= INLINE_TOKENIZE_CHARS:
-            return self.encode_now(inputs, limit, truncation=truncation)
+            return self.encode_now(inputs, limit, truncation=truncation, add_special_tokens=add_special_tokens)
         large = chars > LARGE_TOKENIZE_CHARS
         return await self.tokenizer_work.run(
-            lambda: self.encode_now(inputs, limit, batch=True, truncation=truncation), large=large
+            lambda: self.encode_now(inputs, limit, True, truncation, add_special_tokens), large=large
         )
 
     def deadline(self) -> float:

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from service.contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from service.contract.names import LOGITS_TO_KEEP
+from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
@@ -84,6 +85,7 @@ class Artifact:
     eos_token_ids: tuple[int, ...] = ()
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     banned_token_ids: tuple[int, ...] = ()  # config.json "bad_words_ids" ([[id], ...]): never generated
+    chat_template: ChatTemplateSpec | None = None  # an imported checkpoint's (service/runtime/chat_template_spec.py)
 
     @property
     def n_heads(self) -> int:
@@ -250,6 +252,12 @@ def load_artifact(folder: Path) -> Artifact:
     unknown = set(generation_defaults) - set(GENERATION_DEFAULTS) if isinstance(generation_defaults, dict) else {"?"}
     if unknown:
         raise ArtifactError(f"{where}: generation_defaults must be an object of {', '.join(GENERATION_DEFAULTS)}")
+    chat_template = None
+    if data.get(CHAT_TEMPLATE) is not None:
+        try:
+            chat_template = parse_chat_template(folder, data[CHAT_TEMPLATE], where)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -275,4 +283,5 @@ def load_artifact(folder: Path) -> Artifact:
         eos_token_ids=tuple(eos_token_ids),
         generation_defaults=dict(generation_defaults),
         banned_token_ids=tuple(w[0] for w in bad_words),
+        chat_template=chat_template,
     )

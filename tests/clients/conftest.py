@@ -40,3 +40,14 @@ def encoder_server(tiny_artifacts_with_encoders) -> Iterator[Server]:
     with LocalServer(tiny_artifacts_with_encoders, base=settings) as local:
         local.wait_ready(timeout=180)
         yield Server(local.url, local.output)
+
+
+@pytest.fixture(scope="session")
+def chat_server(chat_artifacts) -> Iterator[Server]:
+    """The tiny chat import (a ChatML template, tests/chat_checkpoint.py) and the tiny generator (no template)
+    with the server's own defaults: the committed generator has no chat template."""
+    settings = {"SERVE_INTRA_OP_THREADS": "1", "SERVE_INTER_OP_THREADS": "1", "SERVE_LOG_FORMAT": "json",
+                "SERVE_MODELS": "chat,generator"}  # fmt: skip
+    with LocalServer(chat_artifacts, base=settings) as local:
+        local.wait_ready(timeout=180)
+        yield Server(local.url, local.output)
