@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ENGINE_STATUS, fields_as_sent, log_internal_error
-from service.api.generate import sampling_params, stop_strings
+from service.api.generate import sampling_given, sampling_params, stop_strings
 from service.api.openai_errors import openai_error_body
 from service.api.schemas import (
     CompletionChoice,
@@ -65,6 +65,7 @@ def openai_job(
             frequency_penalty=body.frequency_penalty,
             logit_bias={int(k): v for k, v in (body.logit_bias or {}).items()},
         ),
+        sampling_given=sampling_given(body),
         stop=stop_strings(body.stop),
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,

@@ -20,7 +20,7 @@ from service.api.schemas import (
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
-from service.engine.sampling import SamplingParams
+from service.engine.sampling import DEFAULTABLE, SamplingParams
 
 router = APIRouter(tags=["generation"])
 
@@ -43,6 +43,11 @@ def sampling_params(body: GenerateRequest | OpenAISampling | TranslateRequest, *
     )
 
 
+def sampling_given(body: GenerateRequest | OpenAISampling) -> frozenset[str]:
+    """The sampling settings the client set (the others take the model's defaults, where it has some)."""
+    return frozenset(body.model_fields_set & set(DEFAULTABLE))
+
+
 def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
     return (stop,) if isinstance(stop, str) else tuple(stop or ())
 
@@ -53,6 +58,7 @@ def _job(body: GenerateRequest) -> GenerationJob:
         ["prompt"],
         max_new_tokens=body.max_new_tokens,
         sampling=sampling_params(body),
+        sampling_given=sampling_given(body),
         stop=stop_strings(body.stop),
         ignore_eos=body.ignore_eos,
         logprobs=body.top_logprobs if body.logprobs else None,

@@ -20,7 +20,7 @@ from service.engine.generation import (
 )
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.sampling import SamplingParams
+from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduler import Scheduler
 from service.engine.scoring import PromptScorer, TokenScore
 from service.engine.task_service import TaskService, list_field
@@ -40,6 +40,9 @@ class GenerationJob:
     fields: list[str]
     max_new_tokens: int | None = None  # None: the default; 0: nothing is generated (echo only)
     sampling: SamplingParams = field(default_factory=SamplingParams)  # choice i gets seed + i
+    # The sampling settings the request set; the model's defaults (generation_config.json) fill the others.
+    # None: `sampling` is complete as it is (protocols whose omitted fields mean fixed values, as TGI's).
+    sampling_given: frozenset[str] | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
@@ -165,11 +168,12 @@ class GenerationService(TaskService[GenerationSequence]):
         if job.max_new_tokens == 0:
             return []
         sequences = []
+        chosen = with_model_defaults(job.sampling, self.artifact.generation_defaults, job.sampling_given)
         for ids in prompt_ids:
             max_new = self.new_tokens(ids, job.max_new_tokens)
             for i in range(job.n):
-                seed = job.sampling.seed
-                sampling = job.sampling if seed is None or i == 0 else replace(job.sampling, seed=seed + i)
+                seed = chosen.seed
+                sampling = chosen if seed is None or i == 0 else replace(chosen, seed=seed + i)
                 params = GenerationParams(
                     max_new_tokens=max_new,
                     sampling=sampling,  # choices differ, yet are reproducible

@@ -7,7 +7,9 @@ it runs alone or next to others (service/engine/chooser.py says what that guaran
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,19 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+# The settings a model's generation_config.json may give defaults for (service/runtime/artifact.py).
+DEFAULTABLE = ("temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def with_model_defaults(params: SamplingParams, defaults: Mapping[str, Any], given: Collection[str] | None) -> SamplingParams:
+    """``params`` with the model's defaults in the settings the request did not set (``given``: the names it
+    set; None: all of them), as vLLM takes a model's generation_config.json."""
+    if given is None:
+        return params
+    taken = {name: defaults[name] for name in DEFAULTABLE if name in defaults and name not in given}
+    return replace(params, **taken) if taken else params
 
 
 def new_seed() -> int:

@@ -129,6 +129,32 @@ async def test_generation_config_end_tokens_and_default_length(serving_decoders:
     assert [t["id"] for t in r.json()["tokens"]] == drawn[:cut]
 
 
+async def test_generation_config_sampling_defaults_fill_what_a_request_leaves_out(serving_decoders: Any) -> None:
+    """The "llama" checkpoint's defaults (temperature 0.7, top_p 0.9, top_k 20, repetition_penalty 1.05) are
+    what a seeded request without sampling settings gets, on the native and the OpenAI routes, as vLLM takes
+    generation_config.json; a setting the request states wins (temperature 0: greedy)."""
+    defaults = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.05}
+    plain = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0}
+    base = {"prompt": PROMPTS[0], "model": "llama", "seed": 7, "max_new_tokens": 12, "ignore_eos": True}
+
+    async def generated(route: str, settings: dict[str, Any]) -> str:
+        """The generated text (the same 12 tokens give the same text on both routes)."""
+        body = base | settings
+        if route == "/v1/completions":
+            body = {k: v for k, v in body.items() if k != "max_new_tokens"} | {"max_tokens": 12}
+        r = await s.client.post(route, json=body)
+        assert r.status_code == 200, r.text
+        return str(r.json()["choices"][0]["text"] if route == "/v1/completions" else r.json()["text"])
+
+    async with serving_decoders(models="llama") as s:
+        for route in ("/v1/generate", "/v1/completions"):
+            left_out = await generated(route, {})
+            assert left_out == await generated(route, defaults), route
+            assert left_out != await generated(route, plain), route
+        greedy_text = await generated("/v1/generate", {"temperature": 0})
+        assert greedy_text == await generated("/v1/generate", {"temperature": 0, "seed": 8})
+
+
 async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decoder_imports: Path) -> None:
     """Every query head's map (grouped-query: 4 query heads over 2 key/value heads), as transformers' eager
     attention computes it over the tokens fed."""
