@@ -60,11 +60,9 @@ def convert_marian(folder: Path) -> Tokenizer:
     missing = [name for name in MARIAN_FILES if not (folder / name).is_file()]
     if missing:
         raise CheckpointError(f"{folder}: a Marian tokenizer needs {', '.join(MARIAN_FILES)}; missing {missing}")
-    if (folder / "source.spm").read_bytes() != (folder / "target.spm").read_bytes():
-        raise CheckpointError(
-            f"{folder}: source.spm and target.spm differ; one tokenizer.json serves both sides here, so only "
-            "Marian models with one SentencePiece model are supported"
-        )
+    # OPUS-MT's source.spm and target.spm differ, over one shared vocab.json: the tokenizer segments with
+    # source.spm (its scores; pieces only the target side has get a floor score, so the source side never
+    # picks them) and numbers and decodes every piece of vocab.json, as MarianTokenizer does.
     slow = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
     if slow.separate_vocabs:
         raise CheckpointError(f"{folder}: separate source and target vocabularies are not supported")
