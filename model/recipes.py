@@ -116,11 +116,25 @@ def cooldown_branch(run_dir: Path) -> Path:
     return branch
 
 
+def segments_hardware(segments: list[dict[str, Any]]) -> str:
+    """Where a run's segments trained: this machine's CPU threads, and any segments on a lent GPU (their
+    minutes are wall-clock there, CPU minutes here; model/training.training_clock)."""
+    gpu = [seg for seg in segments if seg.get("device", "cpu") != "cpu"]
+    if not gpu:
+        return hardware()
+    names = sorted({str(seg.get("device_name") or seg["device"]) for seg in gpu})
+    cpu_minutes = sum(seg["minutes"] for seg in segments if seg.get("device", "cpu") == "cpu")
+    return (f"CPU threads for {cpu_minutes:.1f} CPU-minutes ({hardware()} here), then {len(gpu)} segments on a "
+            f"lent GPU ({', '.join(names)}) for {sum(seg['minutes'] for seg in gpu):.1f} wall-clock minutes, "
+            f"{sum(seg['steps'] for seg in gpu)} steps")
+
+
 def training_record(state: TrainState, settings: TrainSettings) -> dict[str, Any]:
     """The card's training section: totals, every segment, and the validation history (for the curve)."""
     history = [{k: h[k] for k in ("step", "minutes", "val_loss", "segment") if k in h} for h in state.history]
     return {"minutes": round(state.elapsed_s / 60, 2), "steps": state.step, "tokens_seen": state.items_seen,
-            "hardware": hardware(), "settings": asdict(settings), "segments": state.segments, "history": history}
+            "hardware": segments_hardware(state.segments), "settings": asdict(settings), "segments": state.segments,
+            "history": history}
 
 
 def run_stable_or_cooldown(args: RecipeArgs, model: nn.Module, task: Any, start: StartingPoint,

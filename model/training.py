@@ -203,6 +203,7 @@ def train(
     (run_dir / "train_settings.json").write_text(json.dumps(asdict(settings), indent=2))
     segment: dict[str, Any] = {
         "origin": origin or "scratch", "schedule": settings.schedule, "lr": settings.lr, "device": settings.device,
+        "device_name": torch.cuda.get_device_name() if settings.device.startswith("cuda") else None,
         "threads": torch.get_num_threads(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "start_step": state.step, "start_minutes": round(state.elapsed_s / 60, 2), "start_items": state.items_seen,
