@@ -24,10 +24,10 @@ SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k
 UNSUPPORTED_UNLESS = {
     "num_beams": 1, "num_beam_groups": 1, "no_repeat_ngram_size": 0, "min_length": 0,
     "min_new_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None, "suppress_tokens": None,
-    "begin_suppress_tokens": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
-    "diversity_penalty": 0.0, "encoder_repetition_penalty": 1.0, "penalty_alpha": None, "guidance_scale": None,
+    "begin_suppress_tokens": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": 0.0,
+    "diversity_penalty": 0.0, "encoder_repetition_penalty": 1.0, "penalty_alpha": None, "guidance_scale": 1.0,
     "sequence_bias": None, "exponential_decay_length_penalty": None, "constraints": None,
-    "force_words_ids": None, "watermarking_config": None, "renormalize_logits": False, "low_memory": None,
+    "force_words_ids": None, "watermarking_config": None, "renormalize_logits": False,
     "prompt_lookup_num_tokens": None, "assistant_model": None, "dola_layers": None, "stop_strings": None,
     "max_time": None, "epsilon": None,
 }

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from model.families.base import CheckpointError
+from service.contract.names import CHAT_TEMPLATE_TOKENS
 
 TEMPLATE_FILE = "chat_template.jinja"
-# The named special tokens apply_chat_template passes to every template (PreTrainedTokenizerBase).
-TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
-def _tokenizer_config(folder: Path) -> dict[str, Any]:
-    path = folder / "tokenizer_config.json"
+def _json_file(path: Path) -> dict[str, Any]:
+    """A JSON object from the checkpoint ({} when the file is absent); a broken file is a CheckpointError."""
     if not path.is_file():
         return {}
     try:
@@ -31,11 +30,18 @@ def _tokenizer_config(folder: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _tokenizer_config(folder: Path) -> dict[str, Any]:
+    return _json_file(folder / "tokenizer_config.json")
+
+
 def find_chat_template(folder: Path) -> str | None:
     """The checkpoint's template text, or None when it has none."""
     file = folder / TEMPLATE_FILE
     if file.is_file():
-        return file.read_text(encoding="utf-8")
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{file}: cannot read it ({exc})") from None
     where = folder / "tokenizer_config.json"
     template = _tokenizer_config(folder).get("chat_template")
     if template is None or isinstance(template, str):
@@ -60,12 +66,9 @@ def _token_text(value: Any) -> str | None:
 def template_tokens(folder: Path) -> dict[str, str]:
     """The named special tokens as text, from tokenizer_config.json, else special_tokens_map.json."""
     config = _tokenizer_config(folder)
-    mapped: dict[str, Any] = {}
-    path = folder / "special_tokens_map.json"
-    if path.is_file():
-        mapped = json.loads(path.read_text(encoding="utf-8"))
+    mapped = _json_file(folder / "special_tokens_map.json")
     tokens = {}
-    for name in TOKEN_NAMES:
+    for name in CHAT_TEMPLATE_TOKENS:
         text = _token_text(config.get(name)) or _token_text(mapped.get(name))
         if text is not None:
             tokens[name] = text

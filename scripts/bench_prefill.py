@@ -44,7 +44,7 @@ def session(folder: Path, threads: int, int8: bool) -> tuple[ort.InferenceSessio
 
 def feeds(dims: dict[str, int], batch: int, length: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    empty = np.zeros((batch, dims["n_heads"], 0, dims["d_head"]), np.float32)
+    empty = np.zeros((batch, dims.get("n_kv_heads", dims["n_heads"]), 0, dims["d_head"]), np.float32)
     return {
         INPUT_IDS: rng.integers(4, dims["vocab_size"], (batch, length), dtype=np.int64),
         ATTENTION_MASK: np.ones((batch, length), np.int64),

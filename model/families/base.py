@@ -75,8 +75,9 @@ def require(hf: dict[str, Any], key: str, expected: Any, family: str) -> None:
         raise CheckpointError(f"{family}: {key}={hf[key]!r} is not supported (only {expected!r})")
 
 
-def activation(hf: dict[str, Any], key: str, family: str) -> str:
-    name = hf.get(key, "gelu")
+def activation(hf: dict[str, Any], key: str, family: str, default: str = "gelu") -> str:
+    """The config's activation under ``key``; ``default``: what the family's transformers config assumes."""
+    name = hf.get(key, default)
     if name not in ACTIVATIONS:
         raise CheckpointError(f"{family}: activation {name!r} is not supported (supported: {sorted(ACTIVATIONS)})")
     return ACTIVATIONS[name]

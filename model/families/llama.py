@@ -68,7 +68,7 @@ def config(hf: dict[str, Any], specials: dict[str, int], family: str) -> Generat
     return GeneratorConfig(
         vocab_size=hf["vocab_size"], d_model=d, n_heads=heads, n_kv_heads=hf.get("num_key_value_heads") or heads,
         d_ff=hf["intermediate_size"], n_layers=hf["num_hidden_layers"], dropout=0.0,
-        max_positions=hf["max_position_embeddings"], activation=activation(hf, "hidden_act", family),
+        max_positions=hf["max_position_embeddings"], activation=activation(hf, "hidden_act", family, "silu"),
         special_tokens=specials, norm_position="pre", scale_embeddings=False, bias=False,
         layer_norm_eps=hf.get("rms_norm_eps", 1e-6), tie_output=bool(hf.get("tie_word_embeddings", False)),
         norm="rms", rotary=True, rope_theta=theta, rope_scaling=scaling, gated_ff=True, **biases(hf, family),

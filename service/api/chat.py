@@ -32,6 +32,7 @@ from service.api.tracing import new_request_id
 from service.engine.engine import Engine
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationService
+from service.engine.task_service import INLINE_TOKENIZE_CHARS, LARGE_TOKENIZE_CHARS
 
 router = APIRouter(tags=["openai"])
 
@@ -85,6 +86,17 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             message["name"] = m.name
         out.append(message)
     return out
+
+
+async def render(generator: GenerationService, messages: list[dict[str, Any]]) -> str:
+    """The prompt text: rendered in place for a short conversation, on the tokenizer worker slots for a long
+    one, so that a large request does not hold the event loop (and every stream on it) while it renders."""
+    template = generator.chat_template
+    assert template is not None  # chat_generator refuses a model without one
+    chars = sum(len(str(m["content"])) for m in messages)
+    if chars <= INLINE_TOKENIZE_CHARS:
+        return template.render(messages)
+    return await generator.tokenizer_work.run(lambda: template.render(messages), large=chars > LARGE_TOKENIZE_CHARS)
 
 
 def _token(token_id: int, logprob: float, generator: GenerationService) -> ChatTopLogprob:
@@ -155,11 +167,9 @@ class _ChatChunks:
 )
 async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, request: Request) -> Any:
     generator = chat_generator(engine, body.model)
-    assert generator.chat_template is not None  # chat_generator refuses a model without one
-    prompt = generator.chat_template.render(template_messages(body.messages))  # a 422 if the template refuses
+    prompt = await render(generator, template_messages(body.messages))  # a 422 if the template refuses
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, generator.name,
-                     add_special_tokens=False)
+    job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, generator.name, chat=True)
     with fields_as_sent({"max_new_tokens": body.max_tokens_field}):
         handle = await generator.submit(job)
     prompt_tokens = len(handle.prompt_ids[0])

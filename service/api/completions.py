@@ -51,10 +51,11 @@ def openai_job(
     logprobs: int | None,
     model: str | None,
     score_prompts: int | None = None,
-    add_special_tokens: bool = True,
+    chat: bool = False,
 ) -> GenerationJob:
     """The engine job of an OpenAI request (completions, chat completions): one sequence per (prompt, choice),
-    choice i of prompt j is j * n + i, as OpenAI numbers them."""
+    choice i of prompt j is j * n + i, as OpenAI numbers them. A `chat` prompt is rendered by the model's
+    template (no special tokens added) and without a budget fills the context, as OpenAI's chat does."""
     return GenerationJob(
         prompts,
         fields,
@@ -72,7 +73,8 @@ def openai_job(
         n=body.n,
         score_prompts=score_prompts,
         model=model,
-        add_special_tokens=add_special_tokens,
+        add_special_tokens=not chat,  # a rendered chat: its template wrote the special tokens
+        fill_context_by_default=chat,
     )
 
 

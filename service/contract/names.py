@@ -98,3 +98,7 @@ def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> Grap
 TOP_K = "k"
 TOP_LOGPROBS = "top_logprobs"
 TOP_IDS = "top_ids"
+
+# The named special tokens transformers' apply_chat_template passes to a chat template (as text), which an
+# artifact's config.json `chat_template.special_tokens` may carry.
+CHAT_TEMPLATE_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")

@@ -52,6 +52,9 @@ class GenerationJob:
     score_prompts: int | None = None  # also score every prompt token, with this many top logprobs
     model: str | None = None  # None: the task's default model
     add_special_tokens: bool = True  # false for a rendered chat: its template wrote the special tokens
+    # Without max_new_tokens and a model default: fill the context (OpenAI's and vLLM's chat), not
+    # DEFAULT_MAX_NEW_TOKENS; SERVE_MAX_NEW_TOKENS still caps it.
+    fill_context_by_default: bool = False
 
 
 class GenerationHandle(Handle[TokenEvent, GenerationResult]):
@@ -130,14 +133,15 @@ class GenerationService(TaskService[GenerationSequence]):
             raise InvalidInput(f"the prompt has {len(ids)} tokens; the limit is {limit}", field)
         return ids
 
-    def new_tokens(self, prompt_ids: list[int], requested: int | None) -> int:
+    def new_tokens(self, prompt_ids: list[int], requested: int | None, fill_context: bool = False) -> int:
         """The request's max_new_tokens. More than the model's context has room for is clamped to that room
         (the sequence ends with finish_reason "length"), unless SERVE_STRICT_MAX_TOKENS makes it a 422.
         The clamp comes before the server cap (SERVE_MAX_NEW_TOKENS): a budget beyond the context means "as
         much as fits", and only what fits must be within the cap."""
         room = self.artifact.max_positions - len(prompt_ids)
         if requested is None:  # the model's own default (generation_config.json) where it has one
-            default = self.artifact.generation_defaults.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+            default = self.artifact.generation_defaults.get("max_new_tokens", room if fill_context
+                                                            else DEFAULT_MAX_NEW_TOKENS)
             return max(1, min(default, self.settings.max_new_tokens, room))
         if requested > room:
             if self.settings.strict_max_tokens:
@@ -170,7 +174,7 @@ class GenerationService(TaskService[GenerationSequence]):
         sequences = []
         chosen = with_model_defaults(job.sampling, self.artifact.generation_defaults, job.sampling_given)
         for ids in prompt_ids:
-            max_new = self.new_tokens(ids, job.max_new_tokens)
+            max_new = self.new_tokens(ids, job.max_new_tokens, job.fill_context_by_default)
             for i in range(job.n):
                 seed = chosen.seed
                 sampling = chosen if seed is None or i == 0 else replace(chosen, seed=seed + i)

@@ -16,8 +16,13 @@ from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
-# config.json "generation_defaults" keys: a generator's defaults (SamplingParams names, and max_new_tokens).
-GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
+# config.json "generation_defaults": a generator's defaults (SamplingParams names, and max_new_tokens), each
+# with the range a request's own value must be in (service/api/schemas.py), so that a default that fills an
+# omitted field is never one a request could not send: (type, lowest, highest, lowest allowed).
+GENERATION_DEFAULTS: dict[str, tuple[type, float, float, bool]] = {
+    "temperature": (float, 0.0, 10.0, True), "top_p": (float, 0.0, 1.0, False), "top_k": (int, 0, 2**31 - 1, True),
+    "repetition_penalty": (float, 0.0, 10.0, False), "max_new_tokens": (int, 1, 2**31 - 1, True),
+}
 
 
 class ArtifactError(ValueError):
@@ -168,6 +173,20 @@ def _graph(folder: Path, role: str, data: dict[str, Any], where: str) -> GraphSp
     )
 
 
+def _generation_defaults(value: Any, where: str) -> dict[str, Any]:
+    """config.json's generation_defaults, each within the range a request may state (GENERATION_DEFAULTS)."""
+    if not isinstance(value, dict) or set(value) - set(GENERATION_DEFAULTS):
+        raise ArtifactError(f"{where}: generation_defaults must be an object of {', '.join(GENERATION_DEFAULTS)}")
+    for name, default in value.items():
+        kind, low, high, low_allowed = GENERATION_DEFAULTS[name]
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if not number or (kind is int and not isinstance(default, int)) or not (
+                low <= default <= high if low_allowed else low < default <= high):
+            raise ArtifactError(f"{where}: generation_defaults.{name} must be a{'n integer' if kind is int else ' number'} "
+                                f"in {'[' if low_allowed else '('}{low:g}, {high:g}], not {default!r}")
+    return dict(value)
+
+
 def load_artifact(folder: Path) -> Artifact:
     """Read `folder/config.json` and check it against the contract; raise ArtifactError naming the problem."""
     path = folder / "config.json"
@@ -248,10 +267,7 @@ def load_artifact(folder: Path) -> Artifact:
             isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < data["vocab_size"]
             for w in bad_words):
         raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
-    generation_defaults = data.get("generation_defaults", {})
-    unknown = set(generation_defaults) - set(GENERATION_DEFAULTS) if isinstance(generation_defaults, dict) else {"?"}
-    if unknown:
-        raise ArtifactError(f"{where}: generation_defaults must be an object of {', '.join(GENERATION_DEFAULTS)}")
+    generation_defaults = _generation_defaults(data.get("generation_defaults", {}), where)
     chat_template = None
     if data.get(CHAT_TEMPLATE) is not None:
         try:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.contract.names import CHAT_TEMPLATE_TOKENS
+
 CHAT_TEMPLATE = "chat_template"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
@@ -35,6 +37,9 @@ def parse_chat_template(folder: Path, data: Any, where: str) -> ChatTemplateSpec
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: cannot read the chat template {path} ({exc})") from None
     tokens = data.get("special_tokens", {})
-    if not isinstance(tokens, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tokens.items()):
-        raise ValueError(f"{where}: {CHAT_TEMPLATE}.special_tokens must map names to token strings")
+    # Only these names: another (`messages`, say) would shadow the render's own variables.
+    if not isinstance(tokens, dict) or not all(k in CHAT_TEMPLATE_TOKENS and isinstance(v, str)
+                                               for k, v in tokens.items()):
+        raise ValueError(f"{where}: {CHAT_TEMPLATE}.special_tokens must map names among "
+                         f"{', '.join(CHAT_TEMPLATE_TOKENS)} to token strings")
     return ChatTemplateSpec(source, path, dict(tokens))

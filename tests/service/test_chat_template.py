@@ -109,3 +109,24 @@ def test_the_importer_finds_the_template_where_transformers_does(tmp_path: Path)
         find_chat_template(tmp_path)
     (tmp_path / "chat_template.jinja").write_text("J")  # transformers' own file wins over the config's
     assert find_chat_template(tmp_path) == "J"
+
+
+def test_generation_blocks_render_as_transformers_does() -> None:
+    """Templates made for assistant-only training masks wrap the assistant turn in {% generation %}."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source = ("{% for m in messages %}{{ m['role'] }}: {% if m['role'] == 'assistant' %}{% generation %}"
+              "{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}\n{% endfor %}"
+              "{% if add_generation_prompt %}assistant: {% endif %}")
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                {"role": "user", "content": "Bye"}]
+    ours = ChatTemplate(ChatTemplateSpec(source, Path("chat_template.jinja"))).render(messages)
+    theirs, _ = render_jinja_template(conversations=[messages], chat_template=source, add_generation_prompt=True)
+    assert ours == theirs[0]
+
+
+def test_arithmetic_failures_in_a_template_are_the_requests_422() -> None:
+    source = "{% for i in range(messages|length * 100000) %}x{% endfor %}"
+    with pytest.raises(InvalidInput) as caught:
+        ChatTemplate(ChatTemplateSpec(source, Path("chat_template.jinja"))).render([{"role": "user", "content": "a"}] * 101)
+    assert caught.value.field == "messages"

@@ -186,3 +186,14 @@ def test_n_kv_heads_must_be_the_graphs(hf_decoder_imports: Path, tmp_path: Path,
         artifact = load_artifact(folder)
         session = GraphSession("llama", artifact.graphs[DECODER], OPTIONS)
         check_artifact(artifact, {DECODER: session}, artifact.load_tokenizer(), 64)
+
+
+@pytest.mark.parametrize("defaults", [{"top_p": 0}, {"repetition_penalty": 0.0}, {"temperature": "hot"},
+                                      {"top_k": 2.5}, {"max_new_tokens": 0}, {"temperature": True}])
+def test_generation_defaults_outside_what_a_request_may_state_are_refused(defaults: dict[str, Any]) -> None:
+    from service.runtime.artifact import _generation_defaults
+
+    with pytest.raises(ArtifactError, match=f"generation_defaults.{next(iter(defaults))}"):
+        _generation_defaults(defaults, "config.json")
+    assert _generation_defaults({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_new_tokens": 12},
+                                "config.json")["top_k"] == 20
