@@ -1,6 +1,6 @@
 """The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
 
-    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder \
+    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder|llama \
         --artifacts DIR --work DIR [--threads 2] [shape options]
 
 
@@ -14,6 +14,7 @@ OpenMP runtimes in one process slowed HF's decoding 4x here; bench_anchor's HTTP
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -25,12 +26,25 @@ from typing import Any
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parent.parent
 PROMPT_SEED = 0
 SOURCE = "The committee approved the new budget after a long debate about the roads."  # 20 translator tokens
 TEXT = "The movie was a delight from start to finish."  # a short sentence to classify
 KINDS = ("generator", "translator", "classifier", "embedder")
 EMBEDDER = "embedder"  # served as it is (its weights come from a package): export_random links it
 Run = Callable[[int], tuple[int, list[int]]]  # a batch of n requests -> (units, output tokens of each)
+LLAMA = "llama"  # the Llama-shaped part: built at benchmark time (build_llama), not read from --artifacts
+# transformers LlamaConfig fields of each --llama-size: grouped-query attention (4 query heads per key/value
+# head), SwiGLU, rope. "bench" costs a decode step real compute on 2 cores (about 3x the generator rows'
+# model per token); "tiny" is for the smoke tests.
+LLAMA_SIZES: dict[str, dict[str, int]] = {
+    "bench": {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+              "intermediate_size": 1408, "vocab_size": 8192, "max_position_embeddings": 512},
+    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+             "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 128},
+}
+LLAMA_SPECIALS = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2, as Llama's
+CHECK_PROMPTS = 4  # prompts whose greedy tokens ours and CTranslate2 must agree on
 
 
 # --- models ----------------------------------------------------------------------------------------------
@@ -124,6 +138,81 @@ def build_hf_and_ct2(artifacts: Path, work: Path, kinds: tuple[str, ...] = KINDS
         Converter(str(hf_dir), kind == "translator").convert(str(ct2_dir), force=True)
 
 
+def llama_folder(work: Path, size: str) -> Path:
+    """work/llama-SIZE: hf/ (the checkpoint), ct2/ (converted) and ours-<exporter digest>/llama (our import)."""
+    return work / f"llama-{size}"
+
+
+def llama_served(work: Path, size: str) -> Path:
+    """The folder our server serves for the Llama rows (it holds the artifact `llama`)."""
+    return llama_folder(work, size) / f"ours-{exporter_digest()}"
+
+
+def kv_bytes_per_token(size: str) -> int:
+    """float32 key and value of the key/value heads only, every layer (docs/decoders.md)."""
+    c = LLAMA_SIZES[size]
+    d_head = c["hidden_size"] // c["num_attention_heads"]
+    return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * d_head * 4
+
+
+def word_level_tokenizer(folder: Path, vocab_size: int) -> Any:
+    """A tokenizer with one token per id of the model (prompts are ids; every generated id decodes)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(LLAMA_SPECIALS)}
+    vocab |= {f"w{i}": i for i in range(len(vocab), vocab_size)}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>",
+                                                     eos_token="</s>")
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def save_llama(folder: Path, size: str) -> None:
+    """A random LlamaForCausalLM with its tokenizer. Weights are rounded to float16 values first: the importer
+    stores float16, so ours and CTranslate2 (float32) then run exactly the same weights."""
+    import torch
+    import transformers
+
+    word_level_tokenizer(folder, LLAMA_SIZES[size]["vocab_size"])
+    config = transformers.LlamaConfig(**LLAMA_SIZES[size], bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for tensor in model.parameters():
+            tensor.copy_(tensor.half().float())
+    model.save_pretrained(str(folder))
+
+
+def build_llama(work: Path, size: str) -> Path:
+    """The Llama-shaped checkpoint, its CTranslate2 conversion and our import of it (cached in `work`);
+    returns the folder our server serves (it holds the artifact `llama`)."""
+    from model.hf_artifact import import_to_artifact
+
+    folder = llama_folder(work, size)
+    hf_dir, ct2_dir, served = folder / "hf", folder / "ct2", llama_served(work, size)
+    if not (hf_dir / "config.json").is_file():
+        hf_dir.mkdir(parents=True, exist_ok=True)
+        save_llama(hf_dir, size)
+    if not (ct2_dir / "model.bin").is_file():
+        converter_class()(str(hf_dir), False).convert(str(ct2_dir), force=True)
+    if not (served / LLAMA / "config.json").is_file():
+        import_to_artifact(hf_dir, served / LLAMA, LLAMA, license_="random weights", int8=False,
+                           command=f"python -m scripts.import_checkpoint {hf_dir} --out {served / LLAMA} --no-int8")
+    return served
+
+
+def exporter_digest() -> str:
+    """Of the sources an export depends on: a changed exporter or graph contract gets a fresh random export."""
+    digest = hashlib.sha256()
+    for path in sorted([*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py")]):
+        digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def converter_class() -> type:
     import ctranslate2
 
@@ -177,6 +266,16 @@ class Shapes:
         self.source = _encode(artifacts / "translator", SOURCE)
         self.text = _encode(artifacts / "classifier", TEXT)
         self.embed_text = _encode(artifacts / EMBEDDER, TEXT)  # the classifier's sentence, the embedder's tokens
+        self.llama_size: str = args.llama_size
+        rng = np.random.default_rng(PROMPT_SEED + 1)
+        vocab = LLAMA_SIZES[self.llama_size]["vocab_size"]
+        self.llama_prompt = [int(i) for i in rng.integers(len(LLAMA_SPECIALS), vocab, args.prompt_tokens)]
+        # Prompts of other lengths for the agreement check of ours and CTranslate2.
+        self.check_prompts = [[int(i) for i in rng.integers(len(LLAMA_SPECIALS), vocab, n)]
+                              for n in np.linspace(2, max(2, args.prompt_tokens), CHECK_PROMPTS).astype(int)]
+
+    def prompt_for(self, part: str) -> list[int]:
+        return self.llama_prompt if part == LLAMA else self.prompt
 
 
 # Which model (and compute type) each row runs on. Each (engine, part) pair gets a process of its own:
@@ -185,7 +284,7 @@ class Shapes:
 PARTS = {"generator_c16": "generator", "generator_c1": "generator", "generator_int8_c16": "generator-int8",
          "translator_beam4_c16": "translator", "translator_greedy_c16": "translator",
          "classifier_c32": "classifier", "classifier_c1": "classifier",
-         "embedder_c32": EMBEDDER, "embedder_c1": EMBEDDER}
+         "embedder_c32": EMBEDDER, "embedder_c1": EMBEDDER, "llama_c16": LLAMA, "llama_c1": LLAMA}
 
 
 class CT2:
@@ -195,13 +294,15 @@ class CT2:
         import ctranslate2
 
         kind, compute_type = part.removesuffix("-int8"), "int8" if part.endswith("-int8") else "float32"
-        path = work / kind / "ct2"
+        path = llama_folder(work, shapes.llama_size) / "ct2" if kind == LLAMA else work / kind / "ct2"
         vocab = json.loads(next(f for f in (path / "vocabulary.json", path / "shared_vocabulary.json")
                                 if f.is_file()).read_text())
         self.s = shapes
         opts = {"device": "cpu", "intra_threads": threads, "inter_threads": 1, "compute_type": compute_type}
-        if kind == "generator":
-            self.prompt, self.generator = [vocab[i] for i in shapes.prompt], ctranslate2.Generator(str(path), **opts)
+        self.vocab = vocab
+        if kind in ("generator", LLAMA):
+            self.prompt = [vocab[i] for i in shapes.prompt_for(kind)]
+            self.generator = ctranslate2.Generator(str(path), **opts)
         elif kind == "translator":
             self.source, self.translator = [vocab[i] for i in shapes.source], ctranslate2.Translator(str(path), **opts)
         else:
@@ -216,6 +317,12 @@ class CT2:
             include_prompt_in_result=False, beam_size=1)
         lengths = [len(r.sequences_ids[0]) for r in out]
         return sum(lengths), lengths
+
+    def greedy(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Greedy tokens of each prompt up to the end token (not included), at most new_tokens."""
+        out = self.generator.generate_batch([[self.vocab[i] for i in p] for p in prompts],
+                                            max_length=self.s.new_tokens, include_prompt_in_result=False, beam_size=1)
+        return [list(r.sequences_ids[0]) for r in out]
 
     def translate(self, beams: int) -> Run:
         def run(n: int) -> tuple[int, list[int]]:
@@ -320,8 +427,8 @@ class Engine:
         initializers = artifact.weights_package.load() if artifact.weights_package else None
         sessions = artifact_sessions(kind, artifact.graphs, options, initializers)
         tokenizer, metrics = artifact.load_tokenizer(), Metrics()
-        self.s = shapes
-        if kind == "generator":
+        self.s, self.prompt = shapes, shapes.prompt_for(kind)
+        if kind in ("generator", LLAMA):
             self.model: Any = GenerationModel(kind, artifact, sessions["decoder"], tokenizer, metrics)
         elif kind == "translator":
             self.model = TranslationModel(kind, artifact, sessions["encoder"], sessions["decoder"], tokenizer, metrics)
@@ -343,8 +450,16 @@ class Engine:
         from service.engine.sampling import SamplingParams
 
         params = GenerationParams(self.s.new_tokens, SamplingParams(temperature=0.0), ignore_eos=True)
-        lengths = [r.completion_tokens for r in self._run([GenerationSequence(self.s.prompt, params) for _ in range(n)])]
+        lengths = [r.completion_tokens for r in self._run([GenerationSequence(self.prompt, params) for _ in range(n)])]
         return sum(lengths), lengths
+
+    def greedy(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Greedy tokens of each prompt up to the end token (not included), at most new_tokens."""
+        from service.engine.generation import GenerationParams, GenerationSequence
+        from service.engine.sampling import SamplingParams
+
+        params = GenerationParams(self.s.new_tokens, SamplingParams(temperature=0.0))
+        return [[t.id for t in r.tokens] for r in self._run([GenerationSequence(p, params) for p in prompts])]
 
     def translate(self, beams: int) -> Run:
         from service.engine.translation import TranslationParams, TranslationSequence
@@ -388,7 +503,8 @@ def runs(engine: CT2 | HF | Engine, part: str) -> dict[str, Run]:
         "generator_int8_c16": lambda: engine.generate, "translator_beam4_c16": lambda: engine.translate(4),
         "translator_greedy_c16": lambda: engine.translate(1), "classifier_c32": lambda: engine.classify,
         "classifier_c1": lambda: engine.classify, "embedder_c32": lambda: engine.embed,
-        "embedder_c1": lambda: engine.embed}
+        "embedder_c1": lambda: engine.embed, "llama_c16": lambda: engine.generate,
+        "llama_c1": lambda: engine.generate}
     return {row: table[row]() for row, p in PARTS.items() if p == part}
 
 
@@ -397,6 +513,8 @@ def shape_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--target-tokens", type=int, default=30)
+    parser.add_argument("--llama-size", choices=sorted(LLAMA_SIZES), default="bench",
+                        help="dims of the Llama-shaped rows' model (built with random weights)")
 
 
 def main() -> None:
@@ -415,7 +533,8 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if args.engine == "engine":
-            engine: CT2 | HF | Engine = Engine(args.artifacts, shapes, args.threads, args.part)
+            served = llama_served(work, args.llama_size) if args.part == LLAMA else args.artifacts
+            engine: CT2 | HF | Engine = Engine(served, shapes, args.threads, args.part)
         else:
             engine = (HF if args.engine == "hf" else CT2)(work, shapes, args.threads, args.part)
         table_ = runs(engine, args.part)
@@ -423,6 +542,9 @@ def main() -> None:
         protocol.write(json.dumps({"ready": True}) + "\n")
         for line in sys.stdin:
             ask = json.loads(line)
+            if "greedy" in ask:  # the agreement check: {"greedy": prompts} -> {"tokens": each one's tokens}
+                protocol.write(json.dumps({"tokens": engine.greedy(ask["greedy"])}) + "\n")  # type: ignore[union-attr]
+                continue
             value, lengths = batched(table_[ask["row"]], ask["concurrency"], ask["requests"])
             protocol.write(json.dumps({"value": value, "lengths": lengths}) + "\n")
     except BrokenPipeError:  # bench_anchor stopped (e.g. a server failed to start): its error is the one to read

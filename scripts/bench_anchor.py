@@ -15,6 +15,10 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
   - CTranslate2 on those models converted by its TransformersConverter, float32 and int8, intra_threads=--threads
     (the BERT conversion stops at the pooler: the 2-label head, and the embedder's mean pooling and
     normalisation of last_hidden_state, run in numpy).
+  - the Llama-shaped rows (--llama-size): a random transformers LlamaForCausalLM (grouped-query attention,
+    SwiGLU, rope) built here, imported by our importer (model/hf_artifact.py) and served by a server of its
+    own, converted for CTranslate2 from the same weights; no HF eager row. Before measuring, ours in process
+    and CTranslate2 decode a few prompts greedily and the run prints whether their tokens agree;
   - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work,
     driven by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
     fast as CTranslate2 behind a server that costs nothing beyond uvicorn and the load generator on these
@@ -44,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from scripts.anchor_engines import (EMBEDDER, KINDS, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2, dims,
-                                    export_random, shape_options)
+from scripts.anchor_engines import (EMBEDDER, KINDS, LLAMA, LLAMA_SIZES, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2,
+                                    build_llama, dims, export_random, exporter_digest, kv_bytes_per_token,
+                                    shape_options)
 from scripts.bench import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
                            machine_cpu_seconds, process_cpu_seconds)
 from scripts.http_floor import FloorServer
@@ -61,7 +66,10 @@ ROWS: dict[str, tuple[str, str, int, int]] = {
     "generator_int8_c16": ("int8 generator, 16 concurrent (vs CT2 int8)", "tok/s", 16, 48),
     "embedder_c32": ("embedder, 32 concurrent single texts", "seq/s", 32, 128),
     "embedder_c1": ("embedder, one text at a time", "seq/s", 1, 128),
+    "llama_c16": ("Llama-shaped (grouped-query) generator, 16 concurrent", "tok/s", 16, 48),
+    "llama_c1": ("Llama-shaped generator, one request at a time", "tok/s", 1, 6),
 }
+SERVER_OF = {"generator_int8_c16": "int8", "llama_c16": LLAMA, "llama_c1": LLAMA}  # else the float32 server
 
 
 def row_kind(row: str) -> str:
@@ -77,8 +85,8 @@ class Ours:
         self.gaps: list[list[float]] = []  # per streamed request: its inter-token gaps, seconds
         self.lengths: list[int] = []
 
-    def generate(self, stream: bool) -> Client:
-        body = {"model": "generator", "prompt": self.s.prompt, "max_new_tokens": self.s.new_tokens,
+    def generate(self, stream: bool, model: str = "generator") -> Client:
+        body = {"model": model, "prompt": self.s.prompt_for(model), "max_new_tokens": self.s.new_tokens,
                 "ignore_eos": True, "temperature": 0.0, "stream": stream}
 
         async def call(conn: Connection) -> tuple[int, float | None]:
@@ -170,7 +178,8 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
                "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
                "translator_greedy_c16": ours.translate(1), "classifier_c32": ours.classify,
                "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False),
-               "embedder_c32": ours.embed, "embedder_c1": ours.embed}
+               "embedder_c32": ours.embed, "embedder_c1": ours.embed,
+               "llama_c16": ours.generate(False, LLAMA), "llama_c1": ours.generate(False, LLAMA)}
     def ours_cpu() -> float:
         return (client_cpu_seconds() + process_cpu_seconds(floor.proc.pid)
                 + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()]))
@@ -180,7 +189,7 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
         _, _, concurrency, base = ROWS[key]
         requests = max(concurrency, int(round(base * scale)))
         before = (time.perf_counter(), machine_cpu_seconds(), ours_cpu())
-        url = servers["int8" if key == "generator_int8_c16" else "float32"].url
+        url = servers[SERVER_OF.get(key, "float32")].url
         row: dict[str, Any] = {"lengths": {}}
         row["ours"], lengths = over_http(url, ours, clients[key], concurrency, requests)
         row["lengths"]["ours"] = sorted(set(lengths))
@@ -311,7 +320,7 @@ def main() -> None:
     if "generator_c16_stream" in asked:  # it reuses the other engines' generator_c16 numbers
         asked.add("generator_c16")
     present = tuple(k for k in KINDS if (args.artifacts / k / "config.json").is_file())
-    if missing := sorted({row_kind(r) for r in asked} - set(present)):
+    if missing := sorted({row_kind(r) for r in asked} - set(present) - {LLAMA}):  # the Llama is built here
         if args.rows != parser.get_default("rows"):
             parser.error(f"--artifacts {args.artifacts} has no {', '.join(missing)}")
         print(f"no {', '.join(missing)} in {args.artifacts}: skipping its rows", flush=True)
@@ -325,6 +334,11 @@ def main() -> None:
         build_hf_and_ct2(args.artifacts, work, kinds)
         if args.ours == "random":
             export_random(args.artifacts, work / f"ours-{exporter_digest()}", kinds)
+        llama_served = build_llama(work, args.llama_size) if LLAMA in parts_of(rows) else None
+    if llama_served is not None:
+        c = LLAMA_SIZES[args.llama_size]
+        print(f"Llama-shaped model ({args.llama_size}): {c}, KV cache {kv_bytes_per_token(args.llama_size):,} bytes "
+              "per token (key/value heads only, float32)", flush=True)
     if args.prepare_only:
         print(f"models in {work}")
         return
@@ -333,14 +347,16 @@ def main() -> None:
     ours = Ours(shapes)
     argv = ["--artifacts", str(served), "--work", str(work), "--threads", str(args.threads),
             "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
-            "--target-tokens", str(args.target_tokens)]
-    parts = {PARTS[row] for row in rows if row in PARTS}
+            "--target-tokens", str(args.target_tokens), "--llama-size", args.llama_size]
+    parts = parts_of(rows)
     engines = ("engine", "ct2") if args.no_hf else ("engine", "ct2", "hf")
     workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
-               if (e, p) != ("hf", "generator-int8")}  # no int8 HF row
+               if (e, p) not in (("hf", "generator-int8"), ("hf", LLAMA))}  # no int8 or Llama HF row
     settings = {"max_new_tokens": max(args.new_tokens, args.target_tokens, 256)} | extra
     # The rows' models; the int8 server (for its one row) without the embedder, whose graph is float32 only.
-    servers = {"float32": Server(served, args.threads, models=",".join(kinds), **settings)}  # side by side
+    servers = {"float32": Server(served, args.threads, models=",".join(kinds), **settings)} if kinds else {}
+    if llama_served is not None:
+        servers[LLAMA] = Server(llama_served, args.threads, models=LLAMA, **settings)
     if "generator_int8_c16" in rows:
         int8_models = ",".join(k for k in kinds if k != EMBEDDER)
         servers["int8"] = Server(served, args.threads, quantization="int8", models=int8_models, **settings)
@@ -352,6 +368,7 @@ def main() -> None:
                 stack.enter_context(server)
             for worker in workers.values():
                 worker.ask({})  # its "ready" line
+            agreement = check_llama_tokens(workers, shapes) if LLAMA in parts else None
             rounds = []
             for i in range(args.rounds):
                 print(f"round {i + 1} of {args.rounds}", flush=True)
@@ -374,6 +391,7 @@ def main() -> None:
                    "source_tokens": len(shapes.source), "target_tokens": shapes.target_tokens,
                    "text_tokens": len(shapes.text), "embed_tokens": len(shapes.embed_text)},
         "rows": summary,
+        **({"llama": llama_facts(args.llama_size, agreement)} if agreement is not None else {}),
         "rounds": rounds,
     }
     print()
@@ -383,12 +401,28 @@ def main() -> None:
     print(f"\nwrote {args.out}")
 
 
-def exporter_digest() -> str:
-    """Of the sources an export depends on: a changed exporter or graph contract gets a fresh random export."""
-    digest = hashlib.sha256()
-    for path in sorted([*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py")]):
-        digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
-    return digest.hexdigest()[:12]
+def parts_of(rows: list[str]) -> set[str]:
+    return {PARTS[row] for row in rows if row in PARTS}
+
+
+def check_llama_tokens(workers: dict[tuple[str, str], Worker], shapes: Shapes) -> dict[str, Any]:
+    """Greedy tokens of ours in process and CTranslate2 on the same prompts (same weights): equal or not."""
+    prompts = shapes.check_prompts
+    tokens = {name: workers[name, LLAMA].ask({"greedy": prompts})["tokens"] for name in ("engine", "ct2")}
+    same = [a == b for a, b in zip(tokens["engine"], tokens["ct2"])]
+    print(f"Llama-shaped greedy tokens, ours vs CTranslate2: {sum(same)} of {len(same)} prompts agree "
+          f"(prompt lengths {[len(p) for p in prompts]})", flush=True)
+    return {"agree": all(same), "prompts_agreeing": sum(same), "prompts": len(same),
+            "prompt_tokens": [len(p) for p in prompts], "tokens": tokens}
+
+
+def llama_facts(size: str, agreement: dict[str, Any]) -> dict[str, Any]:
+    """The Llama-shaped model's dims, its KV cache per token (key/value heads only) and the token check."""
+    c = LLAMA_SIZES[size]
+    full = kv_bytes_per_token(size) * c["num_attention_heads"] // c["num_key_value_heads"]
+    return {"size": size, "config": c, "d_head": c["hidden_size"] // c["num_attention_heads"],
+            "kv_cache_bytes_per_token": kv_bytes_per_token(size), "kv_bytes_per_token_every_head": full,
+            "greedy_tokens": agreement}
 
 
 def versions() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """scripts/bench_anchor.py end to end on the tiny artifacts (the tiny embedder among them): our server,
-CTranslate2 and HF eager, every row.
+CTranslate2 and HF eager, every row; the Llama-shaped rows on a tiny random Llama built by the script.
 
 ctranslate2 comes with the dev extra (through the bench extra), so this runs in CI rather than being skipped.
 """
@@ -31,7 +31,8 @@ def anchor(tiny_artifacts_with_encoders: Path,
         sys.executable, "-m", "scripts.bench_anchor", "--artifacts", str(tiny_artifacts_with_encoders),
         "--ours", "as-is",
         "--work", str(tmp / "work"), "--rounds", "2", "--scale", "0.01", "--threads", "1",
-        "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--out", str(tmp / "anchor.json"),
+        "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--llama-size", "tiny",
+        "--out", str(tmp / "anchor.json"),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -47,7 +48,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
         row = rows[key]
         assert row["ours"] > 0 and row["ct2"] > 0 and row["ours_per_ct2"] > 0, (key, row)
         assert row["engine"] > 0 and row["engine_per_ct2"] > 0, (key, row)  # our engine in process, no HTTP
-        if key == "generator_int8_c16":  # no int8 HF eager row, as in the issue's table
+        if key in ("generator_int8_c16", "llama_c16", "llama_c1"):  # no int8 or Llama HF eager row
             assert row["hf"] is None and row["ours_per_hf"] is None
         else:
             assert row["hf"] > 0 and row["ours_per_hf"] > 0, (key, row)
@@ -55,6 +56,7 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
         assert row["floor"] > row["ours"] and 0 < row["ceiling_per_ct2"] < 1, (key, row)  # the no-work server
     assert rows["generator_c16"]["output_tokens"]["ours"] == rows["generator_c16"]["output_tokens"]["engine"] == [5]
     assert rows["translator_beam4_c16"]["output_tokens"]["ct2"] == [4]
+    assert rows["llama_c16"]["output_tokens"]["ours"] == rows["llama_c16"]["output_tokens"]["ct2"] == [5]
     itl = rows["inter_token_latency_c16"]
     assert 0 <= itl["p50"] <= itl["p99"]
     assert len(result["rounds"]) == 2 and result["shapes"]["prompt_tokens"] == 6
@@ -67,6 +69,20 @@ def test_anchor_runs_every_engine_on_tiny_models(anchor: tuple[dict[str, Any], s
     assert first["ceiling_per_ct2"] == first["floor"] / (first["ct2"] + first["floor"])
     assert "| ours / CT2 |" in stdout and "| our engine in process / CT2 |" in stdout
     assert "| ceiling over HTTP / CT2 |" in stdout
+
+
+def test_the_llama_rows_decode_the_same_tokens_as_ctranslate2(anchor: tuple[dict[str, Any], str, Path]) -> None:
+    """Same random weights, greedy: ours in process and CTranslate2 agree token for token; the KV cache per
+    token counts the key/value heads only."""
+    result, stdout, _ = anchor
+    llama = result["llama"]
+    assert llama["greedy_tokens"]["agree"], llama["greedy_tokens"]
+    assert all(llama["greedy_tokens"]["tokens"]["engine"]), "every prompt decoded some tokens"
+    assert "4 of 4 prompts agree" in stdout
+    c = llama["config"]
+    assert c["num_key_value_heads"] < c["num_attention_heads"]  # grouped-query attention
+    assert llama["kv_cache_bytes_per_token"] == 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * llama["d_head"] * 4
+    assert llama["kv_bytes_per_token_every_head"] == llama["kv_cache_bytes_per_token"] * 4
 
 
 def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> None:
