@@ -48,7 +48,7 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name, allowed in (("activation", ACTIVATIONS), ("norm_position", ("pre", "post")),
-                              ("sinusoid_layout", ("interleaved", "split")), ("norm", ("layer", "rms"))):
+                              ("sinusoid_layout", ("interleaved", "split", "fairseq")), ("norm", ("layer", "rms"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
@@ -77,6 +77,10 @@ class TranslatorConfig(TransformerConfig):
     n_decoder_layers: int = 3
     label_smoothing: float = 0.1
     separate_decoder_positions: bool = False  # the decoder has its own learned position table (BART)
+    # A multilingual checkpoint's (M2M100, NLLB): language code -> its token, and the token forced as the first
+    # generated one when a request names no target language (generation_config.json's forced_bos_token_id).
+    languages: dict[str, int] = field(default_factory=dict)
+    forced_bos_token_id: int | None = None
     kind = "translator"
 
 

@@ -61,7 +61,14 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
 
     ``layout="split"`` puts the same sines in the first half and the cosines in the second (Marian);
     it is computed in float64 as Marian does, so an imported model sees the very same table.
+    ``layout="fairseq"`` is M2M100's: split too, with its own frequency spacing, in float32.
     """
+    if layout == "fairseq":  # M2M100/NLLB: sines then cosines, frequencies spaced over half_dim - 1
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * freq[None, :]
+        table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+        return torch.cat([table, torch.zeros(max_positions, d_model % 2)], dim=1)
     if layout == "split":
         position = torch.arange(max_positions, dtype=torch.float64)[:, None]
         angle = position / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)

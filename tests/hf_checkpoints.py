@@ -352,3 +352,51 @@ def build_decoder(name: str, folder: Path) -> Path:
     if name == "llama":
         (folder / "generation_config.json").write_text(json.dumps(LLAMA_GENERATION))
     return folder
+
+
+# --- the multilingual translators: M2M100 (NLLB-200 is the same class) --------------------------------------
+
+M2M_LANGUAGES = ["__en__", "__fr__", "__de__"]
+
+
+def build_m2m100(folder: Path) -> None:
+    """M2M100 with a byte-level BPE tokenizer.json whose language codes are added special tokens and whose
+    template starts the source with its language, as M2M100's tokenizer does (English here)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False)
+    bpe.train_from_iterator(CORPUS, trainer)
+    bpe.add_special_tokens(M2M_LANGUAGES)
+    ids = {t: bpe.token_to_id(t) for t in ("<s>", "<pad>", "</s>", "__en__")}
+    bpe.post_processor = processors.TemplateProcessing(
+        single="__en__ $A </s>", pair="__en__ $A $B </s>", special_tokens=[("__en__", ids["__en__"]), ("</s>", ids["</s>"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>", additional_special_tokens=M2M_LANGUAGES)
+    tokenizer.save_pretrained(str(folder))
+    config = M2M100Config(vocab_size=bpe.get_vocab_size(), d_model=SIZES["d_model"], encoder_layers=SIZES["layers"],
+                          decoder_layers=SIZES["layers"], encoder_attention_heads=SIZES["heads"],
+                          decoder_attention_heads=SIZES["heads"], encoder_ffn_dim=SIZES["ffn"],
+                          decoder_ffn_dim=SIZES["ffn"], max_position_embeddings=SIZES["positions"],
+                          bos_token_id=ids["<s>"], pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
+                          decoder_start_token_id=ids["</s>"], forced_bos_token_id=None)
+    model = M2M100ForConditionalGeneration(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+    (folder / "generation_config.json").write_text(json.dumps({
+        "decoder_start_token_id": ids["</s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<pad>"],
+        "bos_token_id": ids["<s>"], "forced_bos_token_id": bpe.token_to_id("__fr__"), "max_length": 200,
+        "num_beams": 5, "early_stopping": True}))
+
+
+SEQ2SEQ_CHECKPOINTS = {"m2m_100": build_m2m100}
+
+
+def build_seq2seq(name: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    SEQ2SEQ_CHECKPOINTS[name](folder)
+    return folder
