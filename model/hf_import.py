@@ -36,6 +36,7 @@ from model.families.base import (
     strip_prefix,
 )
 from model.generation_config import apply_generation_config, apply_seq2seq_generation_config
+from model.families.t5 import task_prefixes
 from model.generator import Generator
 from model.translator import Translator
 from service.contract.kinds import FAMILIES
@@ -276,7 +277,7 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
         c.languages = dict(languages or {})
         apply_seq2seq_generation_config(c, folder, hf)
         out = spec.weights(src, c, head)
-        if head is not None and not torch.equal(head, out["embed.weight"]):
+        if c.tie_output and head is not None and not torch.equal(head, out["embed.weight"]):
             raise CheckpointError(f"{family}: lm_head.weight should be tied to the shared embedding but differs")
         return c, Translator(c), out, src
 
@@ -289,7 +290,8 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
     if isinstance(config, GeneratorConfig):
         apply_generation_config(config, folder, hf)
     load_checked(model, weights, kind)
-    return Imported(kind, family, model.eval(), hf, [])
+    notes = [f"task prefix {task}: {prefix!r} (put it before the text)" for task, prefix in task_prefixes(hf).items()]
+    return Imported(kind, family, model.eval(), hf, notes)
 
 
 def import_encoder(family: EncoderFamily, hf: dict[str, Any], raw: dict[str, Tensor], specials: dict[str, int],

@@ -186,8 +186,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True, n_kv_heads: int | None = None,
-                 out_bias: bool | None = None) -> None:
+                 out_bias: bool | None = None, scale: bool = True) -> None:
         super().__init__()
+        self.divisor = math.sqrt(d_model // n_heads) if scale else 1.0  # T5 folds it into its initialization
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -201,7 +202,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_config(cls, c: TransformerConfig) -> MultiHeadAttention:
         bias = c.bias if c.qkv_bias is None else c.qkv_bias
-        return cls(c.d_model, c.n_heads, c.dropout, bias, c.n_kv_heads, c.out_bias)
+        return cls(c.d_model, c.n_heads, c.dropout, bias, c.n_kv_heads, c.out_bias, c.scale_attention)
 
     def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         B, S, _ = x.shape
@@ -227,7 +228,7 @@ class MultiHeadAttention(nn.Module):
         if rope is not None:
             q = apply_rotary(q, rope)
         key, value = self.repeat_kv(key), self.repeat_kv(value)
-        scores = q @ key.transpose(-2, -1) / math.sqrt(self.d_head) + bias  # [B, H, S, Sk]
+        scores = q @ key.transpose(-2, -1) / self.divisor + bias  # [B, H, S, Sk]
         weights = scores.softmax(dim=-1)
         context = self.dropout(weights) @ value  # [B, H, S, Dh]
         context = context.transpose(1, 2).reshape(B, S, D)  # heads concatenated
@@ -293,7 +294,8 @@ class TransformerLayer(nn.Module):
         self.ln_self = layer_norm(c)
         self.self_attn = MultiHeadAttention.from_config(c)
         self.ln_cross = layer_norm(c) if cross else None
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias) if cross else None
+        self.cross_attn = (MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias, scale=c.scale_attention)
+                           if cross else None)
         self.ln_ff = layer_norm(c)
         self.ff = feed_forward(c)
         self.dropout = nn.Dropout(c.dropout)

@@ -400,3 +400,42 @@ def build_seq2seq(name: str, folder: Path) -> Path:
     torch.manual_seed(0)
     SEQ2SEQ_CHECKPOINTS[name](folder)
     return folder
+
+
+def t5_tokenizer(folder: Path) -> dict[str, int]:
+    """T5's special ids (pad 0, </s> 1, <unk> 2) on a Unigram tokenizer.json ending each text with </s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
+                                      show_progress=False)
+    unigram.train_from_iterator([*CORPUS, "translate English to French: "], trainer)
+    unigram.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                           special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    tokenizer.save_pretrained(str(folder))
+    return {"pad": 0, "eos": 1, "vocab": unigram.get_vocab_size()}
+
+
+def build_t5(folder: Path, gated: bool) -> None:
+    """T5 (ReLU, tied head rescaled by d_model**-0.5) or T5 v1.1 / Flan-T5 (gated GELU, untied head); 8 buckets
+    up to distance 20 so that the short test texts reach the logarithmic buckets."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    ids = t5_tokenizer(folder)
+    config = T5Config(vocab_size=ids["vocab"], d_model=SIZES["d_model"], d_kv=SIZES["d_model"] // SIZES["heads"],
+                      d_ff=SIZES["ffn"], num_layers=SIZES["layers"], num_decoder_layers=SIZES["layers"],
+                      num_heads=SIZES["heads"], relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                      feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=not gated,
+                      pad_token_id=ids["pad"], eos_token_id=ids["eos"], decoder_start_token_id=ids["pad"],
+                      task_specific_params={"translation_en_to_fr": {"prefix": "translate English to French: "}})
+    model = T5ForConditionalGeneration(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+
+
+SEQ2SEQ_CHECKPOINTS["t5"] = lambda folder: build_t5(folder, gated=False)
+SEQ2SEQ_CHECKPOINTS["flan-t5"] = lambda folder: build_t5(folder, gated=True)
