@@ -1,6 +1,7 @@
-"""Imported M2M100 (NLLB's class) through the running server: greedy and beam-4 tokens equal to transformers'
-generate() with the target language forced first, the source language token as the tokenizer puts it, the
-language fields refused by name where they do not apply, streaming and attention maps."""
+"""Imported T5 (ReLU, tied head), Flan-T5 (gated GELU) and M2M100 (NLLB's class) through the running server:
+greedy and beam-4 tokens equal to transformers' generate() (the exported decoder's relative position bias
+with the KV cache; M2M100's target language forced first and its source language token as the tokenizer puts
+it), the language fields refused by name where they do not apply, streaming and attention maps."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def serving_seq2seq(
     return start
 
 
-def expected_tokens(model: torch.nn.Module, ids: list[int], num_beams: int, forced: int) -> list[int]:
+def expected_tokens(model: torch.nn.Module, ids: list[int], num_beams: int, forced: int | None) -> list[int]:
     """transformers' generated tokens after the start token, up to (without) the end token."""
     source = torch.tensor([ids])
     out = model.generate(source, attention_mask=torch.ones_like(source), num_beams=num_beams, do_sample=False,
@@ -51,6 +52,46 @@ def expected_tokens(model: torch.nn.Module, ids: list[int], num_beams: int, forc
     tokens = out[0, 1:].tolist()
     eos = model.config.eos_token_id
     return tokens[: tokens.index(eos)] if eos in tokens else tokens
+
+
+T5_SOURCES = ["translate English to French: The movie was wonderful, a delight from start to finish.",
+              "translate English to French: Dull.", "And God said, Let there be light: and there was light."]
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("name", ["t5", "flan-t5"])
+async def test_t5_tokens_match_transformers(
+    serving_seq2seq: Any, hf_seq2seq_imports: Path, name: str, num_beams: int
+) -> None:
+    model, tok = reference(hf_seq2seq_imports, name), tokenizer(hf_seq2seq_imports, name)
+    async with serving_seq2seq(models=name) as s:
+        r = await s.client.post("/v1/translate", json={
+            "text": T5_SOURCES, "model": name, "num_beams": num_beams, "n_best": num_beams, "max_new_tokens": MAX_NEW,
+            "no_repeat_ngram_size": 0, "length_penalty": 1.0})
+        assert r.status_code == 200, r.text
+        served = r.json()["translations"]
+    for source, translation in zip(T5_SOURCES, served, strict=True):
+        tokens = expected_tokens(model, tok.encode(source).ids, num_beams, None)
+        assert translation["text"] == tok.decode(tokens, skip_special_tokens=True), (source, num_beams)
+        assert translation["output_tokens"] == len(tokens)
+
+
+async def test_t5_streams_and_returns_attention(serving_seq2seq: Any, hf_seq2seq_imports: Path) -> None:
+    model, tok = reference(hf_seq2seq_imports, "flan-t5"), tokenizer(hf_seq2seq_imports, "flan-t5")
+    tokens = expected_tokens(model, tok.encode(T5_SOURCES[0]).ids, 1, None)
+    body = {"text": T5_SOURCES[0], "model": "flan-t5", "num_beams": 1, "max_new_tokens": MAX_NEW,
+            "no_repeat_ngram_size": 0}
+    async with serving_seq2seq(models="flan-t5") as s:
+        r = await s.client.post("/v1/translate", json=body | {"stream": True})
+        assert r.status_code == 200, r.text
+        streamed = [data for _, data in events(r.content)]
+        r = await s.client.post("/v1/translate", json=body | {"return_attention": True})
+        assert r.status_code == 200, r.text
+        attention = r.json()["translations"][0]["attention"]
+    assert [e["id"] for e in streamed if e["type"] == "token"] == tokens
+    assert streamed[-1]["translation"]["text"] == tok.decode(tokens, skip_special_tokens=True)
+    assert len(attention["target_tokens"]) == len(tokens)
+    assert attention["decoder_input_tokens"][0] == "<pad>"  # T5 starts from the pad token
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
@@ -112,8 +153,9 @@ async def test_unknown_language_code_is_refused_by_field(
     assert "en, fr, de" in r.text or "de, en, fr" in r.text  # the codes it has
 
 
-async def test_language_fields_on_a_one_direction_model_are_refused(serving: Any, hf_imports: Path) -> None:
-    async with serving(artifacts_dir=hf_imports / "artifacts", models="marian") as s:
-        r = await s.client.post("/v1/translate", json={"text": "Dull.", "model": "marian", "target_lang": "fr"})
+@pytest.mark.parametrize("field", ["source_lang", "target_lang"])
+async def test_language_fields_on_a_one_direction_model_are_refused(serving_seq2seq: Any, field: str) -> None:
+    async with serving_seq2seq(models="t5") as s:
+        r = await s.client.post("/v1/translate", json={"text": "Dull.", "model": "t5", field: "fr"})
     assert r.status_code == 422, r.text
-    assert "not multilingual" in r.text and "target_lang" in r.text
+    assert "not multilingual" in r.text and field in r.text
