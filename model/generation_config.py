@@ -112,9 +112,11 @@ def apply_generation_config(config: GeneratorConfig, folder: Path, hf: dict[str,
 
 
 # A translator's beam search has its own settings: the request's num_beams (default 4) and stopping rule apply,
-# the forced first token is honoured; length_penalty other than 1.0 would change the default ranking and is refused.
+# the forced first token is honoured; what would change the outputs otherwise (a length penalty other than 1.0,
+# sampling, penalties, banned words, a default length) is refused.
 SEQ2SEQ_ALLOWED = frozenset({"num_beams", "forced_bos_token_id", "max_length", "early_stopping"})
-SEQ2SEQ_UNSUPPORTED_UNLESS = {"length_penalty": 1.0, "do_sample": False}
+SEQ2SEQ_UNSUPPORTED_UNLESS = {"length_penalty": 1.0, "do_sample": False, "repetition_penalty": 1.0,
+                              "max_new_tokens": None, "bad_words_ids": None}
 
 
 def apply_seq2seq_generation_config(config: TranslatorConfig, folder: Path, hf: dict[str, Any]) -> None:

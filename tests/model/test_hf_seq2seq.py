@@ -78,6 +78,8 @@ def test_t5_task_prefix_is_on_the_card(hf_seq2seq_imports: Path) -> None:
     ("t5", "generation_config.json", {"no_repeat_ngram_size": 3}, "no_repeat_ngram_size=3 is not supported"),
     ("m2m_100", "generation_config.json", {"eos_token_id": [2, 5]}, "eos_token_id=[2, 5] is not supported"),
     ("m2m_100", "generation_config.json", {"decoder_start_token_id": 0}, "decoder_start_token_id=0 differs"),
+    ("m2m_100", "generation_config.json", {"repetition_penalty": 1.2}, "repetition_penalty=1.2 is not supported"),
+    ("m2m_100", "generation_config.json", {"bad_words_ids": [[5]]}, "bad_words_ids=[[5]] is not supported"),
 ])
 def test_unsupported_options_are_refused_by_name(
     hf_seq2seq_imports: Path, tmp_path: Path, name: str, file: str, change: dict[str, object], message: str
