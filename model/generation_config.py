@@ -52,7 +52,8 @@ def token_ids(value: Any, key: str) -> list[int]:
     return list(values)
 
 
-def read_generation_config(folder: Path, max_positions: int, allowed: frozenset[str] = frozenset()) -> GenerationSettings:
+def read_generation_config(folder: Path, max_positions: int,
+                           allowed: frozenset[str] = frozenset()) -> GenerationSettings:
     """The folder's generation settings (none without the file); ``allowed``: keys of UNSUPPORTED_UNLESS (and
     ``max_length``) the caller's engine handles itself (a translator's beams and forced first token)."""
     path = folder / FILE
@@ -80,9 +81,14 @@ def read_generation_config(folder: Path, max_positions: int, allowed: frozenset[
         pad=data.get("pad_token_id") if isinstance(data.get("pad_token_id"), int) else None,
         defaults=defaults,
         banned=banned,
-        forced_bos=data.get("forced_bos_token_id") if isinstance(data.get("forced_bos_token_id"), int) else None,
-        decoder_start=data.get("decoder_start_token_id") if isinstance(data.get("decoder_start_token_id"), int) else None,
+        forced_bos=token_or_none(data, "forced_bos_token_id"),
+        decoder_start=token_or_none(data, "decoder_start_token_id"),
     )
+
+
+def token_or_none(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) else None
 
 
 def banned_tokens(bad_words: Any) -> list[int]:

@@ -29,8 +29,9 @@ class Translator(nn.Module):
         relative = c.relative_buckets > 0  # T5: a bias on the attention scores instead of position vectors
         self.pos = None if relative else PositionalEncoding.from_config(c)
         self.pos_dec = PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
-        self.rel_enc = RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, True) if relative else None
-        self.rel_dec = RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, False) if relative else None
+        self.rel_enc, self.rel_dec = (
+            (RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, bidirectional)
+             for bidirectional in (True, False)) if relative else (None, None))
         self.output_scale = c.d_model**-0.5 if c.rescale_output else 1.0
         self.emb_scale = embedding_scale(c)
         self.ln_emb_enc, self.ln_emb_dec = embedding_norm(c), embedding_norm(c)  # BART normalizes each side's own

@@ -62,7 +62,8 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
                                    ("decoder", "decoder_layers", c.n_decoder_layers)):
         src.take_alias(f"{side}.embed_tokens.weight", out["embed.weight"])
         rel = "rel_enc" if side == "encoder" else "rel_dec"
-        out[f"{rel}.embedding.weight"] = src.take(f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
+        table = f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"  # the first layer's, shared
+        out[f"{rel}.embedding.weight"] = src.take(table)
         out["ln_enc.weight" if side == "encoder" else "ln_dec.weight"] = src.take(f"{side}.final_layer_norm.weight")
         for i in range(count):
             ours, theirs = f"{ours_side}.{i}", f"{side}.block.{i}.layer"
