@@ -50,7 +50,13 @@ def convert_slow(folder: Path, family: str) -> Tokenizer:
         raise CheckpointError(f"{folder}: no tokenizer.json and no tokenizer transformers can load ({exc}); "
                               f"found {found}") from exc
     backend = getattr(slow, "backend_tokenizer", None)
-    return backend if isinstance(backend, Tokenizer) else convert_slow_tokenizer(slow)
+    if isinstance(backend, Tokenizer):
+        return backend
+    try:
+        return convert_slow_tokenizer(slow)
+    except ValueError as exc:  # e.g. M2M100's SentencePiece tokenizer: transformers has no converter for it
+        raise CheckpointError(f"{folder}: no tokenizer.json, and transformers cannot convert its "
+                              f"{type(slow).__name__} into one ({exc})") from exc
 
 
 def convert_marian(folder: Path) -> Tokenizer:
