@@ -43,12 +43,17 @@ class TransformerConfig:
     qkv_bias: bool | None = None  # biases of the query/key/value projections; None: as `bias` (Qwen2: only these)
     out_bias: bool | None = None  # bias of the attention output projection; None: as `bias`
     ff_bias: bool | None = None  # biases of the feed-forward projections; None: as `bias`
+    # T5 options (model/families/t5.py): scores without 1/sqrt(d_head), and a relative position bias
+    # (model/relative_position.py) instead of position vectors when relative_buckets > 0.
+    scale_attention: bool = True
+    relative_buckets: int = 0
+    relative_max_distance: int = 128
 
     kind = "transformer"
 
     def __post_init__(self) -> None:
         for name, allowed in (("activation", ACTIVATIONS), ("norm_position", ("pre", "post")),
-                              ("sinusoid_layout", ("interleaved", "split")), ("norm", ("layer", "rms"))):
+                              ("sinusoid_layout", ("interleaved", "split", "fairseq")), ("norm", ("layer", "rms"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
@@ -77,6 +82,11 @@ class TranslatorConfig(TransformerConfig):
     n_decoder_layers: int = 3
     label_smoothing: float = 0.1
     separate_decoder_positions: bool = False  # the decoder has its own learned position table (BART)
+    rescale_output: bool = False  # decoder states times d_model**-0.5 before the LM head (T5 with its tied head)
+    # A multilingual checkpoint's (M2M100, NLLB): language code -> its token, and the token forced as the first
+    # generated one when a request names no target language (generation_config.json's forced_bos_token_id).
+    languages: dict[str, int] = field(default_factory=dict)
+    forced_bos_token_id: int | None = None
     kind = "translator"
 
 

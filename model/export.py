@@ -377,6 +377,10 @@ def build_config(
             out["generation_defaults"] = dict(config.generation_defaults)
         if config.bad_words_ids:
             out["bad_words_ids"] = [list(w) for w in config.bad_words_ids]
+    if isinstance(config, TranslatorConfig) and config.languages:  # a multilingual translator (M2M100, NLLB)
+        out["languages"] = dict(config.languages)
+        if config.forced_bos_token_id is not None:
+            out["forced_bos_token_id"] = config.forced_bos_token_id
     return out | (extra or {})
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.config import GeneratorConfig
+from model.config import GeneratorConfig, TranslatorConfig
 from model.families.base import CheckpointError
 
 FILE = "generation_config.json"
@@ -40,6 +40,8 @@ class GenerationSettings:
     pad: int | None = None
     defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, top_k, repetition_penalty, max_new_tokens
     banned: list[int] = field(default_factory=list)  # single-token bad_words_ids: never generated
+    forced_bos: int | None = None  # the first generated token (a multilingual translator's target language)
+    decoder_start: int | None = None
 
 
 def token_ids(value: Any, key: str) -> list[int]:
@@ -50,18 +52,20 @@ def token_ids(value: Any, key: str) -> list[int]:
     return list(values)
 
 
-def read_generation_config(folder: Path, max_positions: int) -> GenerationSettings:
-    """The folder's generation settings (none without the file)."""
+def read_generation_config(folder: Path, max_positions: int,
+                           allowed: frozenset[str] = frozenset()) -> GenerationSettings:
+    """The folder's generation settings (none without the file); ``allowed``: keys of UNSUPPORTED_UNLESS (and
+    ``max_length``) the caller's engine handles itself (a translator's beams and forced first token)."""
     path = folder / FILE
     if not path.is_file():
         return GenerationSettings()
     data: dict[str, Any] = json.loads(path.read_text())
     for key, off in UNSUPPORTED_UNLESS.items():
         value = data.get(key, off)
-        if value != off and value not in (None, [], {}):
+        if key not in allowed and value != off and value not in (None, [], {}):
             raise CheckpointError(f"{FILE}: {key}={value!r} is not supported by the server's generation")
     max_length = data.get("max_length")
-    if max_length is not None and max_length < max_positions:
+    if "max_length" not in allowed and max_length is not None and max_length < max_positions:
         raise CheckpointError(f"{FILE}: max_length={max_length!r} below the model's {max_positions} positions "
                               "is not supported (the server bounds max_new_tokens, not the total length)")
     eos = token_ids(data["eos_token_id"], "eos_token_id") if data.get("eos_token_id") is not None else []
@@ -77,7 +81,14 @@ def read_generation_config(folder: Path, max_positions: int) -> GenerationSettin
         pad=data.get("pad_token_id") if isinstance(data.get("pad_token_id"), int) else None,
         defaults=defaults,
         banned=banned,
+        forced_bos=token_or_none(data, "forced_bos_token_id"),
+        decoder_start=token_or_none(data, "decoder_start_token_id"),
     )
+
+
+def token_or_none(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) else None
 
 
 def banned_tokens(bad_words: Any) -> list[int]:
@@ -104,3 +115,31 @@ def apply_generation_config(config: GeneratorConfig, folder: Path, hf: dict[str,
         config.eos_token_ids = eos
     config.generation_defaults = settings.defaults
     config.bad_words_ids = [[t] for t in settings.banned]
+
+
+# A translator's beam search has its own settings: the request's num_beams (default 4) and stopping rule apply,
+# the forced first token is honoured; what would change the outputs otherwise (a length penalty other than 1.0,
+# sampling, penalties, banned words, a default length) is refused.
+SEQ2SEQ_ALLOWED = frozenset({"num_beams", "forced_bos_token_id", "max_length", "early_stopping"})
+SEQ2SEQ_UNSUPPORTED_UNLESS = {"length_penalty": 1.0, "do_sample": False, "repetition_penalty": 1.0,
+                              "max_new_tokens": None, "bad_words_ids": None}
+
+
+def apply_seq2seq_generation_config(config: TranslatorConfig, folder: Path, hf: dict[str, Any]) -> None:
+    """A translator's forced first token and start token from generation_config.json (else config.json); the
+    start and end tokens must be the ones special_tokens already holds (the engine has one of each)."""
+    settings = read_generation_config(folder, config.max_positions, SEQ2SEQ_ALLOWED)
+    data: dict[str, Any] = json.loads((folder / FILE).read_text()) if (folder / FILE).is_file() else {}
+    for key, off in SEQ2SEQ_UNSUPPORTED_UNLESS.items():
+        if data.get(key, off) not in (off, None):
+            raise CheckpointError(f"{FILE}: {key}={data[key]!r} is not supported by the server's translation")
+    start = settings.decoder_start if settings.decoder_start is not None else hf.get("decoder_start_token_id")
+    if start is not None and start != config.special_tokens.get("bos"):
+        raise CheckpointError(f"{FILE}: decoder_start_token_id={start!r} differs from config.json's "
+                              f"{config.special_tokens.get('bos')!r}")
+    eos = settings.eos_ids or []
+    if eos and eos != [config.special_tokens.get("eos")]:
+        raise CheckpointError(f"{FILE}: eos_token_id={eos!r} is not supported (one end token, "
+                              f"{config.special_tokens.get('eos')!r})")
+    forced = settings.forced_bos if settings.forced_bos is not None else hf.get("forced_bos_token_id")
+    config.forced_bos_token_id = forced if isinstance(forced, int) else None

@@ -17,7 +17,7 @@ from model.embedder import Embedder
 from model.export import export_model
 from model.hf_chat_template import write_chat_template
 from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
-from model.hf_tokenizer import load_tokenizer, special_tokens
+from model.hf_tokenizer import languages, load_tokenizer, special_tokens
 from model.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 
 SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "chat_template.jinja",
@@ -146,7 +146,7 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
     family = detect_family(hf)
     tokenizer = load_tokenizer(checkpoint, family)
     specials = special_tokens(checkpoint, family, hf, tokenizer)
-    result = import_checkpoint(checkpoint, specials, labels, embedding)
+    result = import_checkpoint(checkpoint, specials, labels, embedding, languages(family, tokenizer))
     if embedding is not None:
         result.notes.append(f"sentence-transformers modules {', '.join(st.modules)}: {embedding.pooling} pooling, "
                             f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")

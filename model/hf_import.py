@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from model.classifier import Classifier
 from model.config import GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.embedder import Embedder, EmbeddingOptions
-from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 from model.families.base import (
     CheckpointError,
     EncoderFamily,
@@ -35,7 +35,8 @@ from model.families.base import (
     require,
     strip_prefix,
 )
-from model.generation_config import apply_generation_config
+from model.generation_config import apply_generation_config, apply_seq2seq_generation_config
+from model.families.t5 import task_prefixes
 from model.generator import Generator
 from model.translator import Translator
 from service.contract.kinds import FAMILIES
@@ -225,7 +226,7 @@ def load_checked(model: nn.Module, weights: dict[str, Tensor], kind: str, fresh:
 
 
 def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] | None = None,
-                      embedding: EmbeddingOptions | None = None) -> Imported:
+                      embedding: EmbeddingOptions | None = None, languages: dict[str, int] | None = None) -> Imported:
     """Build our model from the checkpoint in ``folder``; ``specials`` come from its tokenizer
     (model/hf_tokenizer.py). An encoder with a trained sequence-classification head imports as a
     classifier; without one, as an embedder (``embedding``: how to pool, from a sentence-transformers
@@ -268,15 +269,29 @@ def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] 
             raise CheckpointError(f"{family}: lm_head.weight should be tied to embed_tokens.weight but differs from it")
         return c, Generator(c), out, src
 
+    def translator() -> tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]:
+        spec = SEQ2SEQ_FAMILIES[family]
+        head = raw.get("lm_head.weight")
+        src = Tensors(strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, "model."))
+        c = spec.config(hf, specials)
+        c.languages = dict(languages or {})
+        apply_seq2seq_generation_config(c, folder, hf)
+        out = spec.weights(src, c, head)
+        if c.tie_output and head is not None and not torch.equal(head, out["embed.weight"]):
+            raise CheckpointError(f"{family}: lm_head.weight should be tied to the shared embedding but differs")
+        return c, Translator(c), out, src
+
     builders: dict[str, Callable[[], tuple[TransformerConfig, nn.Module, dict[str, Tensor], Tensors]]] = {
-        "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq, **dict.fromkeys(DECODER_FAMILIES, decoder)}
+        "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq, **dict.fromkeys(DECODER_FAMILIES, decoder),
+        **dict.fromkeys(SEQ2SEQ_FAMILIES, translator)}
     config, model, weights, src = builders[family]()
     if unread := src.unread():
         raise CheckpointError(f"{family}: the checkpoint has tensors the mapping does not use: {unread}")
     if isinstance(config, GeneratorConfig):
         apply_generation_config(config, folder, hf)
     load_checked(model, weights, kind)
-    return Imported(kind, family, model.eval(), hf, [])
+    notes = [f"task prefix {task}: {prefix!r} (put it before the text)" for task, prefix in task_prefixes(hf).items()]
+    return Imported(kind, family, model.eval(), hf, notes)
 
 
 def import_encoder(family: EncoderFamily, hf: dict[str, Any], raw: dict[str, Tensor], specials: dict[str, int],

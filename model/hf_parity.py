@@ -20,10 +20,11 @@ from torch import Tensor, nn
 
 from model.embedder import Embedder, pool
 from model.export import round_weights_to_fp16
-from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 
 HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration",
-              **{name: f.reference_class for name, f in DECODER_FAMILIES.items()}}
+              **{name: f.reference_class for name, f in DECODER_FAMILIES.items()},
+              **{name: f.reference_class for name, f in SEQ2SEQ_FAMILIES.items()}}
 DECODERS = ("gpt2", *DECODER_FAMILIES)  # decoder-only: left-padded prompts into our generator
 SAMPLE_TEXTS = [
     "A wonderful, moving film with brilliant performances.",
@@ -154,7 +155,7 @@ def real_positions(family: str, inputs: dict[str, Tensor]) -> Tensor | None:
     """Boolean [B, S] of the positions whose [B, S, ...] outputs count (padding is not compared)."""
     if family in ENCODER_FAMILIES or family in DECODERS:
         return inputs["attention_mask"].bool()
-    if family in ("marian", "bart"):
+    if family in ("marian", "bart", *SEQ2SEQ_FAMILIES):
         return inputs["decoder_attention_mask"].bool()
     return None
 

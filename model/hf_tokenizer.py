@@ -13,10 +13,10 @@ from typing import Any
 
 from tokenizers import Tokenizer, processors
 
-from model.families import DECODER_FAMILIES, ENCODER_FAMILIES
+from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 from model.families.base import CheckpointError, special_token_names, token_id
 
-__all__ = ["load_tokenizer", "special_token_names", "special_tokens", "token_id"]
+__all__ = ["languages", "load_tokenizer", "special_token_names", "special_tokens", "token_id"]
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
 
@@ -50,7 +50,13 @@ def convert_slow(folder: Path, family: str) -> Tokenizer:
         raise CheckpointError(f"{folder}: no tokenizer.json and no tokenizer transformers can load ({exc}); "
                               f"found {found}") from exc
     backend = getattr(slow, "backend_tokenizer", None)
-    return backend if isinstance(backend, Tokenizer) else convert_slow_tokenizer(slow)
+    if isinstance(backend, Tokenizer):
+        return backend
+    try:
+        return convert_slow_tokenizer(slow)
+    except ValueError as exc:  # e.g. M2M100's SentencePiece tokenizer: transformers has no converter for it
+        raise CheckpointError(f"{folder}: no tokenizer.json, and transformers cannot convert its "
+                              f"{type(slow).__name__} into one ({exc})") from exc
 
 
 def convert_marian(folder: Path) -> Tokenizer:
@@ -103,6 +109,8 @@ def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tok
         return ENCODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
     if family in DECODER_FAMILIES:
         return DECODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
+    if family in SEQ2SEQ_FAMILIES:
+        return SEQ2SEQ_FAMILIES[family].special_tokens(folder, hf, tokenizer)
 
     def config_id(key: str, fallback: int | None = None) -> int:
         value = hf.get(key, fallback)
@@ -118,3 +126,8 @@ def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tok
     unk = tokenizer.token_to_id("<unk>")
     return {"pad": config_id("pad_token_id"), "unk": int(unk) if unk is not None else config_id("pad_token_id"),
             "bos": config_id("decoder_start_token_id"), "eos": config_id("eos_token_id")}
+
+
+def languages(family: str, tokenizer: Tokenizer) -> dict[str, int]:
+    """A multilingual translator's language codes (code -> token id); empty for every other family."""
+    return SEQ2SEQ_FAMILIES[family].languages(tokenizer) if family in SEQ2SEQ_FAMILIES else {}

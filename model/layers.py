@@ -61,7 +61,14 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
 
     ``layout="split"`` puts the same sines in the first half and the cosines in the second (Marian);
     it is computed in float64 as Marian does, so an imported model sees the very same table.
+    ``layout="fairseq"`` is M2M100's: split too, with its own frequency spacing, in float32.
     """
+    if layout == "fairseq":  # M2M100/NLLB: sines then cosines, frequencies spaced over half_dim - 1
+        half = d_model // 2
+        freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(max_positions, dtype=torch.int64).float()[:, None] * freq[None, :]
+        table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+        return torch.cat([table, torch.zeros(max_positions, d_model % 2)], dim=1)
     if layout == "split":
         position = torch.arange(max_positions, dtype=torch.float64)[:, None]
         angle = position / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
@@ -179,8 +186,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True, n_kv_heads: int | None = None,
-                 out_bias: bool | None = None) -> None:
+                 out_bias: bool | None = None, scale: bool = True) -> None:
         super().__init__()
+        self.divisor = math.sqrt(d_model // n_heads) if scale else 1.0  # T5 folds it into its initialization
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.n_heads, self.d_head = n_heads, d_model // n_heads
         self.n_kv_heads = n_kv_heads or n_heads
@@ -194,7 +202,7 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_config(cls, c: TransformerConfig) -> MultiHeadAttention:
         bias = c.bias if c.qkv_bias is None else c.qkv_bias
-        return cls(c.d_model, c.n_heads, c.dropout, bias, c.n_kv_heads, c.out_bias)
+        return cls(c.d_model, c.n_heads, c.dropout, bias, c.n_kv_heads, c.out_bias, c.scale_attention)
 
     def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         B, S, _ = x.shape
@@ -213,7 +221,7 @@ class MultiHeadAttention(nn.Module):
         B, H, S, Dh = q.shape
         Hkv, Sk = self.n_kv_heads, key.shape[-2]
         grouped = q.reshape(B, Hkv, -1, Dh)  # [B, Hkv, G*S, Dh]
-        scores = (grouped @ key.transpose(-2, -1)).reshape(B, H, S, Sk) / math.sqrt(Dh) + bias
+        scores = (grouped @ key.transpose(-2, -1)).reshape(B, H, S, Sk) / self.divisor + bias
         weights = scores.softmax(dim=-1)
         context = (self.dropout(weights).reshape(B, Hkv, -1, Sk) @ value).reshape(B, H, S, Dh)
         return weights, context
@@ -226,7 +234,7 @@ class MultiHeadAttention(nn.Module):
         if rope is not None:
             q = apply_rotary(q, rope)
         if self.n_kv_heads == self.n_heads:
-            scores = q @ key.transpose(-2, -1) / math.sqrt(self.d_head) + bias  # [B, H, S, Sk]
+            scores = q @ key.transpose(-2, -1) / self.divisor + bias  # [B, H, S, Sk]
             weights = scores.softmax(dim=-1)
             context = self.dropout(weights) @ value  # [B, H, S, Dh]
         else:
@@ -294,7 +302,8 @@ class TransformerLayer(nn.Module):
         self.ln_self = layer_norm(c)
         self.self_attn = MultiHeadAttention.from_config(c)
         self.ln_cross = layer_norm(c) if cross else None
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias) if cross else None
+        self.cross_attn = (MultiHeadAttention(c.d_model, c.n_heads, c.dropout, c.bias, scale=c.scale_attention)
+                           if cross else None)
         self.ln_ff = layer_norm(c)
         self.ff = feed_forward(c)
         self.dropout = nn.Dropout(c.dropout)

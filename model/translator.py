@@ -16,7 +16,9 @@ from model.layers import (
     final_norm,
     lm_head,
     padding_bias,
+    positions_from_mask,
 )
+from model.relative_position import RelativePositionBias
 
 
 class Translator(nn.Module):
@@ -24,8 +26,13 @@ class Translator(nn.Module):
         super().__init__()
         c = self.config = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)  # shared by source, target and output
-        self.pos = PositionalEncoding.from_config(c)
+        relative = c.relative_buckets > 0  # T5: a bias on the attention scores instead of position vectors
+        self.pos = None if relative else PositionalEncoding.from_config(c)
         self.pos_dec = PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
+        self.rel_enc, self.rel_dec = (
+            (RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, bidirectional)
+             for bidirectional in (True, False)) if relative else (None, None))
+        self.output_scale = c.d_model**-0.5 if c.rescale_output else 1.0
         self.emb_scale = embedding_scale(c)
         self.ln_emb_enc, self.ln_emb_dec = embedding_norm(c), embedding_norm(c)  # BART normalizes each side's own
         self.dropout = nn.Dropout(c.dropout)
@@ -37,7 +44,8 @@ class Translator(nn.Module):
 
     def embed_tokens(self, ids: Tensor, position_ids: Tensor, decoder: bool) -> Tensor:
         pos, norm = (self.pos_dec or self.pos, self.ln_emb_dec) if decoder else (self.pos, self.ln_emb_enc)
-        return self.dropout(norm(self.embed(ids) * self.emb_scale + pos(position_ids)))
+        x = self.embed(ids) * self.emb_scale
+        return self.dropout(norm(x if pos is None else x + pos(position_ids)))
 
     def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Source [B, S] (right padded) -> memory [B, S, D] and per-layer attention weights."""
@@ -45,6 +53,8 @@ class Translator(nn.Module):
         positions = torch.arange(S, device=src_ids.device).expand(B, S)
         x = self.embed_tokens(src_ids, positions, decoder=False)
         bias = padding_bias(src_mask, x.dtype)
+        if self.rel_enc is not None:
+            bias = bias + self.rel_enc(positions, positions)
         weights = []
         for layer in self.encoder_layers:
             x, _, w, _ = layer(x, bias)
@@ -70,6 +80,8 @@ class Translator(nn.Module):
         """
         x = self.embed_tokens(tgt_ids, position_ids, decoder=True)
         self_bias = causal_padding_bias(tgt_mask, tgt_ids.shape[1], x.dtype)
+        if self.rel_dec is not None:  # queries after the cached keys; keys at their left-padding-aware positions
+            self_bias = self_bias + self.rel_dec(position_ids, positions_from_mask(tgt_mask, tgt_mask.shape[1]))
         cross_bias = padding_bias(src_mask, x.dtype)
         presents, self_weights, cross_weights = [], [], []
         for i, layer in enumerate(self.decoder_layers):
@@ -77,7 +89,7 @@ class Translator(nn.Module):
             presents.append(present)
             self_weights.append(sw)
             cross_weights.append(cw)
-        return self.lm_head(self.ln_dec(x)), presents, self_weights, cross_weights
+        return self.lm_head(self.ln_dec(x) * self.output_scale), presents, self_weights, cross_weights
 
     def forward(self, src_ids: Tensor, src_mask: Tensor, tgt_ids: Tensor, tgt_mask: Tensor) -> Tensor:
         """Teacher forcing: logits [B, T, V] for every target position at once."""

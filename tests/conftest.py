@@ -129,6 +129,17 @@ def hf_decoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
 
 
 @pytest.fixture(scope="session")
+def hf_seq2seq_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Small random sequence-to-sequence checkpoints beyond Marian and BART (tests/hf_checkpoints.py
+    SEQ2SEQ_CHECKPOINTS: M2M100 with language codes) in ``checkpoints/<name>`` and their imports in
+    ``artifacts/<name>``; built once per source version."""
+    from hf_checkpoints import SEQ2SEQ_CHECKPOINTS, build_seq2seq
+
+    return _imported_checkpoints(request, tmp_path_factory, "hf-seq2seq-imports", list(SEQ2SEQ_CHECKPOINTS),
+                                 build_seq2seq)
+
+
+@pytest.fixture(scope="session")
 def chat_import(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny GPT-2 checkpoint with a ChatML template in its tokenizer_config.json (tests/chat_checkpoint.py) in
     ``checkpoints/chat`` and its import in ``artifacts/chat``; built once per source version."""

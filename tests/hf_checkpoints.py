@@ -352,3 +352,99 @@ def build_decoder(name: str, folder: Path) -> Path:
     if name == "llama":
         (folder / "generation_config.json").write_text(json.dumps(LLAMA_GENERATION))
     return folder
+
+
+# --- the multilingual translators: M2M100 (NLLB-200 is the same class) --------------------------------------
+
+M2M_LANGUAGES = ["__en__", "__fr__", "__de__"]
+
+
+def build_m2m100(folder: Path) -> None:
+    """M2M100 with a byte-level BPE tokenizer.json whose language codes are added special tokens and whose
+    template starts the source with its language, as M2M100's tokenizer does (English here)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False)
+    bpe.train_from_iterator(CORPUS, trainer)
+    bpe.add_special_tokens(M2M_LANGUAGES)
+    ids = {t: bpe.token_to_id(t) for t in ("<s>", "<pad>", "</s>", "__en__")}
+    bpe.post_processor = processors.TemplateProcessing(
+        single="__en__ $A </s>", pair="__en__ $A $B </s>", special_tokens=[("__en__", ids["__en__"]), ("</s>", ids["</s>"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>", additional_special_tokens=M2M_LANGUAGES)
+    tokenizer.save_pretrained(str(folder))
+    config = M2M100Config(vocab_size=bpe.get_vocab_size(), d_model=SIZES["d_model"], encoder_layers=SIZES["layers"],
+                          decoder_layers=SIZES["layers"], encoder_attention_heads=SIZES["heads"],
+                          decoder_attention_heads=SIZES["heads"], encoder_ffn_dim=SIZES["ffn"],
+                          decoder_ffn_dim=SIZES["ffn"], max_position_embeddings=SIZES["positions"],
+                          bos_token_id=ids["<s>"], pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
+                          decoder_start_token_id=ids["</s>"], forced_bos_token_id=None)
+    model = M2M100ForConditionalGeneration(config)
+    perturb(model)
+    model.save_pretrained(str(folder))
+    (folder / "generation_config.json").write_text(json.dumps({
+        "decoder_start_token_id": ids["</s>"], "eos_token_id": ids["</s>"], "pad_token_id": ids["<pad>"],
+        "bos_token_id": ids["<s>"], "forced_bos_token_id": bpe.token_to_id("__fr__"), "max_length": 200,
+        "num_beams": 5, "early_stopping": True}))
+
+
+SEQ2SEQ_CHECKPOINTS = {"m2m_100": build_m2m100}
+
+
+def build_seq2seq(name: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    SEQ2SEQ_CHECKPOINTS[name](folder)
+    return folder
+
+
+def t5_tokenizer(folder: Path) -> dict[str, int]:
+    """T5's special ids (pad 0, </s> 1, <unk> 2) on a Unigram tokenizer.json ending each text with </s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    unigram = Tokenizer(models.Unigram())
+    unigram.pre_tokenizer = pre_tokenizers.Metaspace()
+    unigram.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
+                                      show_progress=False)
+    unigram.train_from_iterator([*CORPUS, "translate English to French: "], trainer)
+    unigram.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                           special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    tokenizer.save_pretrained(str(folder))
+    return {"pad": 0, "eos": 1, "vocab": unigram.get_vocab_size()}
+
+
+def build_t5(folder: Path, gated: bool) -> None:
+    """T5 (ReLU, tied head rescaled by d_model**-0.5) or T5 v1.1 / Flan-T5 (gated GELU, untied head); 8 buckets
+    up to distance 20 so that the short test texts reach the logarithmic buckets."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    ids = t5_tokenizer(folder)
+    config = T5Config(vocab_size=ids["vocab"], d_model=SIZES["d_model"], d_kv=SIZES["d_model"] // SIZES["heads"],
+                      d_ff=SIZES["ffn"], num_layers=SIZES["layers"], num_decoder_layers=SIZES["layers"],
+                      num_heads=SIZES["heads"], relative_attention_num_buckets=8, relative_attention_max_distance=20,
+                      feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=not gated,
+                      pad_token_id=ids["pad"], eos_token_id=ids["eos"], decoder_start_token_id=ids["pad"],
+                      task_specific_params={"translation_en_to_fr": {"prefix": "translate English to French: "}})
+    model = T5ForConditionalGeneration(config)
+    # Larger noise than perturb's, and position biases that dominate the scores: a tiny T5 otherwise repeats
+    # one token, and a wrong relative position would go unseen in what it generates.
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            tensor.add_(torch.randn(tensor.shape, generator=generator) * 0.3)
+            if "relative_attention_bias" in name:
+                tensor.normal_(std=2.0, generator=generator)
+        if gated:  # logits of a unit scale (the untied head reads unscaled states): tolerances stay absolute
+            model.lm_head.weight.mul_(0.05)
+    model.save_pretrained(str(folder))
+
+
+SEQ2SEQ_CHECKPOINTS["t5"] = lambda folder: build_t5(folder, gated=False)
+SEQ2SEQ_CHECKPOINTS["flan-t5"] = lambda folder: build_t5(folder, gated=True)

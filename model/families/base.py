@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import ClassifierConfig, GeneratorConfig
+from model.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "swish": "silu", "silu": "silu"}
@@ -143,3 +143,16 @@ class DecoderFamily:
     weights: Callable[[Tensors, GeneratorConfig, Tensor | None], dict[str, Tensor]]  # base tensors, config, lm_head
     special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
     reference_class: str  # the transformers causal-LM class
+
+
+@dataclass(frozen=True)
+class Seq2SeqFamily:
+    """An encoder-decoder family that imports into our translator: config and weight mapping (the base model's
+    tensors, the LM head if saved apart), special tokens, language codes, the transformers reference class."""
+
+    name: str  # the HF config.json model_type
+    config: Callable[[dict[str, Any], dict[str, int]], TranslatorConfig]  # hf, specials
+    weights: Callable[[Tensors, TranslatorConfig, Tensor | None], dict[str, Tensor]]
+    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
+    languages: Callable[[Tokenizer], dict[str, int]]  # code -> token id; empty: not multilingual
+    reference_class: str

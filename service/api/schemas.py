@@ -160,6 +160,16 @@ class TranslateRequest(Request):
     stream: bool = Field(
         False, description="Server-Sent Events: one `token` event per target token, then `done` (one text, num_beams=1)"
     )
+    source_lang: str | None = Field(
+        None, max_length=32,
+        description="a multilingual model's (M2M100, NLLB) source language code, e.g. `en` or `eng_Latn`; "
+                    "default: its tokenizer's",
+    )
+    target_lang: str | None = Field(
+        None, max_length=32,
+        description="a multilingual model's target language code, forced as the first token; default: the "
+                    "checkpoint's forced_bos_token_id, else required",
+    )
 
     @model_validator(mode="after")
     def _n_best(self) -> TranslateRequest:

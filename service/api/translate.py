@@ -65,7 +65,8 @@ def _event(event: TranslationPiece | TranslationResult) -> str:
 async def translate(body: TranslateRequest, engine: EngineDep, request: Request) -> Any:
     texts = [body.text] if isinstance(body.text, str) else body.text
     fields = ["text"] if isinstance(body.text, str) else [f"text[{i}]" for i in range(len(texts))]
-    handle = await engine.submit(TranslationJob(texts, fields, translation_params(body), body.model))
+    languages = (body.source_lang, body.target_lang)
+    handle = await engine.submit(TranslationJob(texts, fields, translation_params(body), body.model, *languages))
     if body.stream:
         return await event_stream(request, handle.events(), _event)
     results = await unless_disconnected(request, handle.results())

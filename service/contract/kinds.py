@@ -110,7 +110,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("translator", TRANSLATION, ("marian", "bart")),
+        Kind("translator", TRANSLATION, ("marian", "bart", "t5", "m2m_100")),
         Kind("generator", GENERATION, ("gpt2", "llama", "qwen2", "mistral")),
         Kind("classifier", CLASSIFICATION, ("bert", "roberta", "xlm-roberta", "distilbert")),
     )

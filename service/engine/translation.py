@@ -75,11 +75,13 @@ class TranslationResult:
 
 
 class TranslationSequence(Sequence):
-    def __init__(self, src_ids: list[int], params: TranslationParams, max_new_tokens: int) -> None:
+    def __init__(self, src_ids: list[int], params: TranslationParams, max_new_tokens: int,
+                 forced_first: int | None = None) -> None:
         super().__init__(rows=params.num_beams, prefill_tokens=len(src_ids))
         self.src_ids = src_ids
         self.params = params
         self.max_new_tokens = max_new_tokens
+        self.forced_first = forced_first  # a multilingual model's target language: the first token, logprob 0
 
 
 @dataclass
@@ -243,7 +245,7 @@ class TranslationBatch(SequenceBatch[_Request]):
         cache = self.cache.advance(out, new_mask)
         if self.attention is not None:
             self._record_attention(out, cache)
-        logits = out["logits"][:, -1]
+        logits = self._forced(out["logits"][:, -1])
         sizes = [r.seq.params.no_repeat_ngram_size for r in self.requests]
         banned = banned_ngrams(self.targets, np.repeat(sizes, self.counts), set(sizes))
         offsets = np.cumsum(self.counts) - self.counts
@@ -315,6 +317,20 @@ class TranslationBatch(SequenceBatch[_Request]):
         for i in requests[step.counts == 0].tolist():
             emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
         return np.repeat(requests, step.counts), rows[step.parents], step.tokens, step.logprob
+
+    def _forced(self, logits: np.ndarray) -> np.ndarray:
+        """At the first step, a request with a forced first token (a target language) can choose only it,
+        with logprob 0, as transformers' ForcedBOSTokenLogitsProcessor does."""
+        offsets = np.cumsum(self.counts) - self.counts
+        forced = [(int(o), r.seq.forced_first) for o, r in zip(offsets, self.requests, strict=True)
+                  if r.seq.forced_first is not None and self.targets.length[o] == 0]
+        if not forced:
+            return logits
+        logits = logits.copy()
+        for row, token in forced:
+            logits[row] = -np.inf
+            logits[row, token] = 0.0
+        return logits
 
     def _local(self, rows: np.ndarray) -> np.ndarray:
         """Batch row -> its index in `rows` (-1 elsewhere)."""

@@ -10,6 +10,7 @@ from tokenizers import Encoding
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
+from service.engine.languages import Languages
 from service.engine.metrics import Metrics
 from service.engine.scheduler import Scheduler
 from service.engine.task_service import TaskService, list_field
@@ -36,6 +37,8 @@ class TranslationJob:
     fields: list[str]
     params: TranslationParams
     model: str | None = None  # None: the task's default model
+    source_lang: str | None = None  # a multilingual model's language codes (service/engine/languages.py)
+    target_lang: str | None = None
 
 
 class TranslationService(TaskService[TranslationSequence]):
@@ -47,6 +50,7 @@ class TranslationService(TaskService[TranslationSequence]):
         super().__init__(artifact, settings)
         self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
+        self.languages = Languages(artifact.languages, artifact.forced_bos_token_id, artifact.special_tokens["eos"])
 
     @property
     def max_source_tokens(self) -> int:
@@ -97,16 +101,24 @@ class TranslationService(TaskService[TranslationSequence]):
         sources = self.warmup_ids(self.max_source_tokens)
         for beams in sorted({1, min(2, self.settings.max_batch_size)}):
             params = TranslationParams(num_beams=beams)
-            sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens)) for src in sources]
+            forced = self.languages.default_target
+            if forced is None and self.languages.codes:  # any language: warm-up output is discarded
+                forced = next(iter(self.languages.codes.values()))
+            sequences = [TranslationSequence(src, params, min(4, self.max_target_tokens), forced) for src in sources]
             await self.scheduler.submit(sequences, None, "text").results()
 
     async def submit(self, job: TranslationJob) -> Handle[TranslationPiece, TranslationResult]:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
         params = job.params
         self.check(params, len(job.texts))
+        forced = self.languages.target(job.target_lang)
+        if job.source_lang is not None:
+            self.languages.token(job.source_lang, "source_lang")  # refused before the texts are tokenized
         sources = self.tokenize(job.texts, job.fields, await self.encode(job.texts, self.max_source_tokens))
+        sources = [self.languages.source(src, job.source_lang) for src in sources]
         sequences = [
-            TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens))
+            TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens),
+                                forced)
             for src in sources
         ]
         if params.return_attention:

@@ -91,6 +91,10 @@ class Artifact:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     banned_token_ids: tuple[int, ...] = ()  # config.json "bad_words_ids" ([[id], ...]): never generated
     chat_template: ChatTemplateSpec | None = None  # an imported checkpoint's (service/runtime/chat_template_spec.py)
+    # A multilingual translator's (config.json "languages": code -> token id; "forced_bos_token_id": the target
+    # language when a request names none). Empty: the model translates one fixed direction.
+    languages: dict[str, int] = field(default_factory=dict)
+    forced_bos_token_id: int | None = None
 
     @property
     def n_heads(self) -> int:
@@ -268,6 +272,13 @@ def load_artifact(folder: Path) -> Artifact:
             for w in bad_words):
         raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
     generation_defaults = _generation_defaults(data.get("generation_defaults", {}), where)
+    languages = data.get("languages", {})
+    if not isinstance(languages, dict) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
+                                                  for t in languages.values()):
+        raise ArtifactError(f"{where}: languages must map language codes to token ids below vocab_size")
+    forced_bos = data.get("forced_bos_token_id")
+    if forced_bos is not None and forced_bos not in languages.values():
+        raise ArtifactError(f"{where}: forced_bos_token_id must be one of the languages' tokens")
     chat_template = None
     if data.get(CHAT_TEMPLATE) is not None:
         try:
@@ -300,4 +311,6 @@ def load_artifact(folder: Path) -> Artifact:
         generation_defaults=dict(generation_defaults),
         banned_token_ids=tuple(w[0] for w in bad_words),
         chat_template=chat_template,
+        languages=dict(languages),
+        forced_bos_token_id=forced_bos,
     )

@@ -95,8 +95,9 @@ def copy_checkpoint(hf_imports: Path, family: str, tmp_path: Path) -> Path:
 def test_unsupported_architecture_says_what_was_found(hf_imports: Path, tmp_path: Path) -> None:
     folder = copy_checkpoint(hf_imports, "gpt2", tmp_path)
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"model_type": "t5", "architectures": ["T5Model"]}))
-    with pytest.raises(CheckpointError, match=r"unsupported architecture: model_type='t5'.*T5Model"):
+    unknown = {"model_type": "pegasus", "architectures": ["PegasusForConditionalGeneration"]}
+    (folder / "config.json").write_text(json.dumps(config | unknown))
+    with pytest.raises(CheckpointError, match=r"unsupported architecture: model_type='pegasus'.*PegasusForConditional"):
         import_checkpoint(folder, {})
 
 

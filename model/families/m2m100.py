@@ -1,0 +1,95 @@
+"""M2M100 and NLLB-200 (``M2M100ForConditionalGeneration``, model_type m2m_100) -> our translator.
+
+Pre-LN layers with a final LayerNorm on each side, token embeddings scaled by sqrt(d_model), fairseq's sinusoidal
+positions starting after the padding id (position p is row pad + 1 + p), a tied LM head without a bias. The
+target language is the first generated token (forced); the source starts with its language token. Language codes
+are the tokenizer's added tokens in either style: M2M100's ``__fr__`` (served as ``fr``) and NLLB's ``fra_Latn``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from model.config import TranslatorConfig
+from model.families.base import (
+    CheckpointError,
+    Seq2SeqFamily,
+    Tensors,
+    activation,
+    linear,
+    norm,
+    require,
+)
+
+NAME = "m2m_100"
+LANGUAGE_TOKEN = re.compile(r"^__([a-z]{2,3}(?:_[A-Za-z]+)?)__$|^([a-z]{3}_[A-Z][a-z]{3})$")
+
+
+def config(hf: dict[str, Any], specials: dict[str, int]) -> TranslatorConfig:
+    for side in ("attention_heads", "ffn_dim"):
+        if hf.get(f"encoder_{side}") != hf.get(f"decoder_{side}"):
+            raise CheckpointError(f"{NAME}: encoder_{side} != decoder_{side} is not supported (one set of dims)")
+    require(hf, "tie_word_embeddings", True, NAME)
+    pad = hf["pad_token_id"]
+    return TranslatorConfig(
+        vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"], n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1), max_positions=hf["max_position_embeddings"],
+        activation=activation(hf, "activation_function", NAME), special_tokens=specials, norm_position="pre",
+        learned_positions=False, sinusoid_layout="fairseq", position_offset=pad + 1,
+        scale_embeddings=bool(hf.get("scale_embedding", True)), embedding_layer_norm=False, tie_output=True,
+        final_logits_bias=False, layer_norm_eps=1e-5,
+    )
+
+
+def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {"embed.weight": src.take("shared.weight")}
+    for side in ("encoder", "decoder"):
+        src.take_alias(f"{side}.embed_tokens.weight", out["embed.weight"])
+        src.discard(f"{side}.embed_positions.")  # computed, never learned (a non-persistent buffer)
+        norm(out, "ln_enc" if side == "encoder" else "ln_dec", src, f"{side}.layer_norm")
+    for side, ours_side, count in (("encoder", "encoder_layers", c.n_encoder_layers),
+                                   ("decoder", "decoder_layers", c.n_decoder_layers)):
+        for i in range(count):
+            ours, theirs = f"{ours_side}.{i}", f"{side}.layers.{i}"
+            attentions = [("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")]
+            if side == "decoder":
+                attentions.append(("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm"))
+            for our_attn, their_attn, our_norm, their_norm in attentions:
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    linear(out, f"{ours}.{our_attn}.{proj}", src, f"{theirs}.{their_attn}.{proj}")
+                norm(out, f"{ours}.{our_norm}", src, f"{theirs}.{their_norm}")
+            linear(out, f"{ours}.ff.fc1", src, f"{theirs}.fc1")
+            linear(out, f"{ours}.ff.fc2", src, f"{theirs}.fc2")
+            norm(out, f"{ours}.ln_ff", src, f"{theirs}.final_layer_norm")
+    return out
+
+
+def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
+    def config_id(key: str) -> int:
+        value = hf.get(key)
+        if not isinstance(value, int):
+            raise CheckpointError(f"{folder}/config.json: {key} is required")
+        return value
+
+    unk = tokenizer.token_to_id("<unk>")
+    return {"pad": config_id("pad_token_id"), "unk": int(unk) if unk is not None else config_id("pad_token_id"),
+            "bos": config_id("decoder_start_token_id"), "eos": config_id("eos_token_id")}
+
+
+def languages(tokenizer: Tokenizer) -> dict[str, int]:
+    """The tokenizer's language tokens by code: ``__fr__`` -> ``fr``, ``fra_Latn`` as it is."""
+    found: dict[str, int] = {}
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        match = LANGUAGE_TOKEN.match(added.content)
+        if match:
+            found[match.group(1) or match.group(2)] = int(token_id)
+    return dict(sorted(found.items()))
+
+
+FAMILY = Seq2SeqFamily(NAME, config, weights, special_tokens, languages, "M2M100ForConditionalGeneration")
