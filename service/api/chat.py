@@ -24,7 +24,7 @@ from service.api.chat_schemas import (
     ChatTokenLogprob,
     ChatTopLogprob,
 )
-from service.api.completions import FINISH, openai_job, openai_stream, usage
+from service.api.openai_common import FINISH, openai_job, openai_stream, usage
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ApiError, fields_as_sent
 from service.api.sse import sse, streaming_response

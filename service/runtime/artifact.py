@@ -191,6 +191,34 @@ def _generation_defaults(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
+def _decoding_fields(folder: Path, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """What an imported checkpoint adds to how its model decodes (Artifact's fields of the same names):
+    end tokens and banned tokens, sampling defaults, a multilingual translator's languages, a chat template."""
+    vocab = _require(data, "vocab_size", int, where)
+    eos_token_ids = data.get("eos_token_ids", [])
+    if not isinstance(eos_token_ids, list) or not all(isinstance(t, int) and 0 <= t < vocab for t in eos_token_ids):
+        raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
+    bad_words = data.get("bad_words_ids", [])
+    if not isinstance(bad_words, list) or not all(
+            isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < vocab for w in bad_words):
+        raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
+    languages = data.get("languages", {})
+    if not isinstance(languages, dict) or not all(isinstance(t, int) and 0 <= t < vocab for t in languages.values()):
+        raise ArtifactError(f"{where}: languages must map language codes to token ids below vocab_size")
+    forced_bos = data.get("forced_bos_token_id")
+    if forced_bos is not None and forced_bos not in languages.values():
+        raise ArtifactError(f"{where}: forced_bos_token_id must be one of the languages' tokens")
+    chat_template = None
+    if data.get(CHAT_TEMPLATE) is not None:
+        try:
+            chat_template = parse_chat_template(folder, data[CHAT_TEMPLATE], where)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
+    return {"eos_token_ids": tuple(eos_token_ids), "banned_token_ids": tuple(w[0] for w in bad_words),
+            "generation_defaults": _generation_defaults(data.get("generation_defaults", {}), where),
+            "languages": dict(languages), "forced_bos_token_id": forced_bos, "chat_template": chat_template}
+
+
 def load_artifact(folder: Path) -> Artifact:
     """Read `folder/config.json` and check it against the contract; raise ArtifactError naming the problem."""
     path = folder / "config.json"
@@ -262,29 +290,6 @@ def load_artifact(folder: Path) -> Artifact:
     pooling = data.get("pooling")
     if pooling is not None and pooling not in POOLING_MODES:
         raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
-    eos_token_ids = data.get("eos_token_ids", [])
-    if not isinstance(eos_token_ids, list) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
-                                                      for t in eos_token_ids):
-        raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
-    bad_words = data.get("bad_words_ids", [])
-    if not isinstance(bad_words, list) or not all(
-            isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < data["vocab_size"]
-            for w in bad_words):
-        raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
-    generation_defaults = _generation_defaults(data.get("generation_defaults", {}), where)
-    languages = data.get("languages", {})
-    if not isinstance(languages, dict) or not all(isinstance(t, int) and 0 <= t < data["vocab_size"]
-                                                  for t in languages.values()):
-        raise ArtifactError(f"{where}: languages must map language codes to token ids below vocab_size")
-    forced_bos = data.get("forced_bos_token_id")
-    if forced_bos is not None and forced_bos not in languages.values():
-        raise ArtifactError(f"{where}: forced_bos_token_id must be one of the languages' tokens")
-    chat_template = None
-    if data.get(CHAT_TEMPLATE) is not None:
-        try:
-            chat_template = parse_chat_template(folder, data[CHAT_TEMPLATE], where)
-        except ValueError as exc:
-            raise ArtifactError(str(exc)) from None
     try:
         golden = read_golden(folder)
     except ValueError as exc:
@@ -307,10 +312,5 @@ def load_artifact(folder: Path) -> Artifact:
         normalize=data.get("normalize", False),
         dimensions_truncatable=data.get("dimensions_truncatable", False),
         weights_package=weights_package,
-        eos_token_ids=tuple(eos_token_ids),
-        generation_defaults=dict(generation_defaults),
-        banned_token_ids=tuple(w[0] for w in bad_words),
-        chat_template=chat_template,
-        languages=dict(languages),
-        forced_bos_token_id=forced_bos,
+        **_decoding_fields(folder, data, where),
     )
