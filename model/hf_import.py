@@ -30,6 +30,7 @@ from model.families.base import (
     EncoderFamily,
     Tensors,
     activation,
+    fairseq_layers,
     linear,
     norm,
     require,
@@ -166,20 +167,7 @@ def seq2seq_weights(src: Tensors, c: TranslatorConfig, family: str, lm_head: Ten
             name = f"{side}.embed_positions.weight"
             if src.has(name) and not torch.allclose(src.take(name), table, atol=1e-5):
                 raise CheckpointError(f"marian: {name} is not the sinusoidal table Marian computes")
-    for side, ours_side, count in (("encoder", "encoder_layers", c.n_encoder_layers),
-                                   ("decoder", "decoder_layers", c.n_decoder_layers)):
-        for i in range(count):
-            ours, theirs = f"{ours_side}.{i}", f"{side}.layers.{i}"
-            attentions = [("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")]
-            if side == "decoder":
-                attentions.append(("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm"))
-            for our_attn, their_attn, our_norm, their_norm in attentions:
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    linear(out, f"{ours}.{our_attn}.{proj}", src, f"{theirs}.{their_attn}.{proj}")
-                norm(out, f"{ours}.{our_norm}", src, f"{theirs}.{their_norm}")
-            linear(out, f"{ours}.ff.fc1", src, f"{theirs}.fc1")
-            linear(out, f"{ours}.ff.fc2", src, f"{theirs}.fc2")
-            norm(out, f"{ours}.ln_ff", src, f"{theirs}.final_layer_norm")
+    fairseq_layers(out, src, c.n_encoder_layers, c.n_decoder_layers)
     if final_logits_bias is None:
         raise CheckpointError(f"{family}: the checkpoint lacks final_logits_bias")
     out["lm_head.bias"] = final_logits_bias.reshape(-1)

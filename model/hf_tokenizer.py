@@ -14,7 +14,7 @@ from typing import Any
 from tokenizers import Tokenizer, processors
 
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
-from model.families.base import CheckpointError, special_token_names, token_id
+from model.families.base import CheckpointError, config_token_id, special_token_names, token_id
 
 __all__ = ["languages", "load_tokenizer", "special_token_names", "special_tokens", "token_id"]
 
@@ -113,10 +113,7 @@ def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tok
         return SEQ2SEQ_FAMILIES[family].special_tokens(folder, hf, tokenizer)
 
     def config_id(key: str, fallback: int | None = None) -> int:
-        value = hf.get(key, fallback)
-        if not isinstance(value, int):
-            raise CheckpointError(f"{folder}/config.json: {key} is required")
-        return value
+        return config_token_id(folder, hf, key, fallback)
 
     if family == "gpt2":
         eos = config_id("eos_token_id")

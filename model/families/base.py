@@ -156,3 +156,30 @@ class Seq2SeqFamily:
     special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
     languages: Callable[[Tokenizer], dict[str, int]]  # code -> token id; empty: not multilingual
     reference_class: str
+
+
+def config_token_id(folder: Path, hf: dict[str, Any], key: str, fallback: int | None = None) -> int:
+    """A special token's id from config.json (``fallback`` where it has none); a CheckpointError if neither."""
+    value = hf.get(key, fallback)
+    if not isinstance(value, int):
+        raise CheckpointError(f"{folder}/config.json: {key} is required")
+    return value
+
+
+def fairseq_layers(out: dict[str, Tensor], src: Tensors, n_encoder_layers: int, n_decoder_layers: int) -> None:
+    """The encoder and decoder layers of the fairseq-style translators (Marian, BART, M2M100): self-attention,
+    the decoder's cross-attention (``encoder_attn``), fc1/fc2, a LayerNorm after each, one name scheme."""
+    for side, ours_side, count in (("encoder", "encoder_layers", n_encoder_layers),
+                                   ("decoder", "decoder_layers", n_decoder_layers)):
+        for i in range(count):
+            ours, theirs = f"{ours_side}.{i}", f"{side}.layers.{i}"
+            attentions = [("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")]
+            if side == "decoder":
+                attentions.append(("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm"))
+            for our_attn, their_attn, our_norm, their_norm in attentions:
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    linear(out, f"{ours}.{our_attn}.{proj}", src, f"{theirs}.{their_attn}.{proj}")
+                norm(out, f"{ours}.{our_norm}", src, f"{theirs}.{their_norm}")
+            linear(out, f"{ours}.ff.fc1", src, f"{theirs}.fc1")
+            linear(out, f"{ours}.ff.fc2", src, f"{theirs}.fc2")
+            norm(out, f"{ours}.ln_ff", src, f"{theirs}.final_layer_norm")

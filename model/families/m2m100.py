@@ -21,7 +21,8 @@ from model.families.base import (
     Seq2SeqFamily,
     Tensors,
     activation,
-    linear,
+    config_token_id,
+    fairseq_layers,
     norm,
     require,
 )
@@ -53,33 +54,14 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
         src.take_alias(f"{side}.embed_tokens.weight", out["embed.weight"])
         src.discard(f"{side}.embed_positions.")  # computed, never learned (a non-persistent buffer)
         norm(out, "ln_enc" if side == "encoder" else "ln_dec", src, f"{side}.layer_norm")
-    for side, ours_side, count in (("encoder", "encoder_layers", c.n_encoder_layers),
-                                   ("decoder", "decoder_layers", c.n_decoder_layers)):
-        for i in range(count):
-            ours, theirs = f"{ours_side}.{i}", f"{side}.layers.{i}"
-            attentions = [("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")]
-            if side == "decoder":
-                attentions.append(("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm"))
-            for our_attn, their_attn, our_norm, their_norm in attentions:
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    linear(out, f"{ours}.{our_attn}.{proj}", src, f"{theirs}.{their_attn}.{proj}")
-                norm(out, f"{ours}.{our_norm}", src, f"{theirs}.{their_norm}")
-            linear(out, f"{ours}.ff.fc1", src, f"{theirs}.fc1")
-            linear(out, f"{ours}.ff.fc2", src, f"{theirs}.fc2")
-            norm(out, f"{ours}.ln_ff", src, f"{theirs}.final_layer_norm")
+    fairseq_layers(out, src, c.n_encoder_layers, c.n_decoder_layers)
     return out
 
 
 def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
-    def config_id(key: str) -> int:
-        value = hf.get(key)
-        if not isinstance(value, int):
-            raise CheckpointError(f"{folder}/config.json: {key} is required")
-        return value
-
     unk = tokenizer.token_to_id("<unk>")
-    return {"pad": config_id("pad_token_id"), "unk": int(unk) if unk is not None else config_id("pad_token_id"),
-            "bos": config_id("decoder_start_token_id"), "eos": config_id("eos_token_id")}
+    return {"pad": config_token_id(folder, hf, "pad_token_id"), "unk": int(unk) if unk is not None else config_token_id(folder, hf, "pad_token_id"),
+            "bos": config_token_id(folder, hf, "decoder_start_token_id"), "eos": config_token_id(folder, hf, "eos_token_id")}
 
 
 def languages(tokenizer: Tokenizer) -> dict[str, int]:

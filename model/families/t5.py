@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.config import TranslatorConfig
-from model.families.base import ACTIVATIONS, CheckpointError, Seq2SeqFamily, Tensors, require
+from model.families.base import ACTIVATIONS, CheckpointError, Seq2SeqFamily, Tensors, config_token_id, require
 
 NAME = "t5"
 
@@ -90,17 +90,11 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
 
 
 def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
-    def config_id(key: str) -> int:
-        value = hf.get(key)
-        if not isinstance(value, int):
-            raise CheckpointError(f"{folder}/config.json: {key} is required")
-        return value
-
     unk = tokenizer.token_to_id("<unk>")
-    pad = config_id("pad_token_id")
+    pad = config_token_id(folder, hf, "pad_token_id")
     start = hf.get("decoder_start_token_id")
     return {"pad": pad, "unk": int(unk) if unk is not None else pad,
-            "bos": start if isinstance(start, int) else pad, "eos": config_id("eos_token_id")}
+            "bos": start if isinstance(start, int) else pad, "eos": config_token_id(folder, hf, "eos_token_id")}
 
 
 def task_prefixes(hf: dict[str, Any]) -> dict[str, str]:
