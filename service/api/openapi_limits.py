@@ -127,6 +127,16 @@ def _logit_bias_rule(vocab: int) -> Schema:
     return {"logit_bias": {"anyOf": [{"type": "null"}, {"propertyNames": {"pattern": decimal_at_most(vocab - 1)}}]}}
 
 
+def _languages_rule(codes: tuple[str, ...]) -> Schema:
+    """source_lang and target_lang: one of the model's codes, or null (a one-direction model: null only)."""
+    allowed: Schema = {"enum": [*codes, None]} if codes else {"type": "null"}
+    return {"source_lang": allowed, "target_lang": dict(allowed)}
+
+
+def _bound_languages(component: Schema, codes: tuple[str, ...]) -> None:
+    component.setdefault("properties", {}).update(_languages_rule(codes))
+
+
 def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
     """`dimensions`: the default embedder's size, or fewer where it was trained for them. Token ids: below its
     vocabulary, and at most its input limit unless the request may truncate (TEI's `truncate`)."""
@@ -203,6 +213,11 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
              **({} if k == DEFAULT_BEAMS else {"required": ["num_beams"]})}
             for k in range(1, beams + 1)
         ]})  # fmt: skip
+
+    # Language codes: those of the chosen translator; none (null only) for a one-direction model.
+    if translate is not None and translators:
+        codes = {n: tuple(t.artifact.languages) for n, t in translators.items()}
+        _per_model(translate, codes, next(iter(translators)), _bound_languages, _languages_rule)
 
     # Token ids: below the chosen model's vocabulary, at most a prompt's worth (or SERVE_MAX_TOKENIZE_TOKENS).
     prompts = {n: (g.artifact.vocab_size, g.max_prompt_tokens) for n, g in generators.items()}
