@@ -16,6 +16,7 @@ from service.api.errors import ApiError
 from service.api.schemas import NonEmptyText, Request, Response
 from service.api.served import service_named
 from service.api.worker_slots import WorkerSlots
+from service.engine.token_count import count_past
 
 router = APIRouter(tags=["tokenizer"])
 
@@ -82,6 +83,8 @@ async def tokenize(body: TokenizeRequest, engine: EngineDep, request: HttpReques
     limit = request.app.state.settings.max_tokenize_tokens
 
     def work() -> bytes:  # on a worker thread: tokenizing, the lists and their JSON; the Encoding dies here too
+        if len(body.prompt) > LARGE_INPUT_CHARS and (past := count_past(service.tokenizer, body.prompt, limit)):
+            raise too_many_tokens(past, limit, "prompt")
         [encoding] = service.tokenizer.encode_batch([body.prompt], add_special_tokens=body.add_special_tokens)
         count = len(encoding)
         if count > limit:

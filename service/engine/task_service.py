@@ -12,6 +12,7 @@ from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 from tokenizers import Encoding, Tokenizer
 
 from service.engine.scheduler import Scheduler, SeqT
+from service.engine.token_count import TokenCount, count_past
 from service.runtime.artifact import Artifact
 from service.settings import Settings
 
@@ -71,7 +72,8 @@ class TaskService(Generic[SeqT]):
         truncation: TruncationDirection | None = None,
         add_special_tokens: bool = True,
     ) -> list[Encoding | int]:
-        """Each input's Encoding; past `limit` tokens only its token count, the Encoding freed here (on a worker
+        """Each input's Encoding; past `limit` tokens only its token count (a long text's counted only until it is
+        certainly past: service/engine/token_count.py), the Encoding freed here (on a worker
         thread: a refused 900 KB text's ~15 MB is gone before the heap is trimmed, not held by the 422's
         traceback), or cut to `limit` from the `truncation` side. `batch`: with encode_batch, which releases
         the GIL (for worker threads). `add_special_tokens` false: the text already holds them (a chat template's
@@ -79,15 +81,26 @@ class TaskService(Generic[SeqT]):
         tokenizer = self.tokenizer
         if truncation is not None and limit is not None:
             tokenizer = self.truncating_tokenizer(limit, truncation)
+        past: dict[int, TokenCount] = {}
+        if limit is not None and truncation is None:
+            for i, x in enumerate(inputs):
+                if isinstance(x, str) and len(x) > LARGE_TOKENIZE_CHARS:
+                    count = count_past(tokenizer, x, limit)
+                    if count is not None:
+                        past[i] = count
+        whole = [x for i, x in enumerate(inputs) if i not in past]
         if batch:
-            encodings = tokenizer.encode_batch(list(inputs), add_special_tokens=add_special_tokens)
+            encodings = iter(tokenizer.encode_batch(whole, add_special_tokens=add_special_tokens))
         else:  # no batch machinery (rayon) for the short texts of the hot path
             encode, add = tokenizer.encode, add_special_tokens
-            encodings = [
-                encode(*x, add_special_tokens=add) if isinstance(x, tuple) else encode(x, add_special_tokens=add)
-                for x in inputs
-            ]
-        return [e if limit is None or len(e) <= limit else len(e) for e in encodings]
+            encodings = iter(
+                [
+                    encode(*x, add_special_tokens=add) if isinstance(x, tuple) else encode(x, add_special_tokens=add)
+                    for x in whole
+                ]
+            )
+        encoded = [past[i] if i in past else next(encodings) for i in range(len(inputs))]
+        return [e if isinstance(e, int) or limit is None or len(e) <= limit else len(e) for e in encoded]
 
     async def encode(
         self,
