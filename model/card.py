@@ -9,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from model.intended_use import with_intended_use
-from service.contract.cards import use_summary
+from contract.cards import use_summary
 
 
 def count_parameters(model: nn.Module) -> int:

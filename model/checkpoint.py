@@ -25,7 +25,7 @@ from torch import nn
 from model.config import CONFIG_CLASSES, TransformerConfig, load_config
 from model.export import MODEL_CLASSES, SPECS, export_graph, export_model
 from model.training import load_weights
-from service.contract.names import LOGITS_TO_KEEP
+from contract.names import LOGITS_TO_KEEP
 
 FP16_SUFFIX = "__fp16"  # model/export.py stores large initializers as <name>__fp16 + Cast
 

@@ -6,7 +6,7 @@ reshape), every length dynamic, the KV cache as graph inputs/outputs, int64 ids.
 Weights are stored as fp16 initializers followed by a Cast to fp32 (ORT folds
 the Cast at load), which halves the files; the PyTorch weights are rounded the
 same way first, so the graph and the reference model compute the same function.
-Graph roles, files and input/output names come from the contract module (service/contract/), which
+Graph roles, files and input/output names come from the contract module (contract/), which
 the server imports too; the generator graph's optional ``logits_to_keep`` input gets its default (0,
 every position) as an initializer of the same name after export.
 """
@@ -32,8 +32,8 @@ from model.embedder import Embedder
 from model.generator import Generator
 from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.translator import Translator
-from service.contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
-from service.contract.names import LOGITS, LOGITS_TO_KEEP
+from contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
+from contract.names import LOGITS, LOGITS_TO_KEEP
 
 OPSET = 20
 FORMAT_VERSION = 1
@@ -255,10 +255,10 @@ def embedder_specs(model: Embedder, logits_to_keep: bool = True) -> list[GraphSp
     return encoder_specs(model, EMBEDDING)
 
 
-# torch-side tables of the registry's kinds (tests/model/test_kinds.py checks they cover service.contract.KINDS)
+# torch-side tables of the registry's kinds (tests/model/test_kinds.py checks they cover contract.KINDS)
 MODEL_CLASSES: dict[str, type[nn.Module]] = {"translator": Translator, "generator": Generator, "classifier": Classifier}
 SPECS = {"translator": translator_specs, "generator": generator_specs, "classifier": classifier_specs}
-# Kinds this exporter writes that are imported or built rather than trained here (service.contract.KINDS
+# Kinds this exporter writes that are imported or built rather than trained here (contract.KINDS
 # lists the trainable ones): their task and graph specs.
 EXPORT_ONLY_KINDS: dict[str, tuple[Task, Any]] = {"embedder": (EMBEDDING, embedder_specs)}
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from service.contract.names import ATTENTIONS
+from contract.names import ATTENTIONS
 from service.runtime.artifact import TensorSpec, load_artifact
 from service.runtime.golden import (
     CONFIG,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from model.families.base import CheckpointError
-from service.contract.names import CHAT_TEMPLATE_TOKENS
+from contract.names import CHAT_TEMPLATE_TOKENS
 
 TEMPLATE_FILE = "chat_template.jinja"
 

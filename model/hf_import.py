@@ -40,7 +40,7 @@ from model.generation_config import apply_generation_config, apply_seq2seq_gener
 from model.families.t5 import task_prefixes
 from model.generator import Generator
 from model.translator import Translator
-from service.contract.kinds import FAMILIES
+from contract.kinds import FAMILIES
 
 __all__ = ["CheckpointError", "Imported", "detect_family", "import_checkpoint", "read_hf_config", "read_weights"]
 

@@ -6,7 +6,7 @@ and scripts/finetune_pretrained.py (the imported classifier) write the record in
 (``intended_use``, ``domains``, ``out_of_scope``); model/card_examples.py runs the probes through the
 server's own routes and writes their answers as ``out_of_domain_examples`` (the export calls it, and
 ``python -m scripts.card_examples`` does it for the committed artifacts). The server's /v1/models
-``summary`` is made from ``intended_use`` and ``domains`` (service/contract/cards.py).
+``summary`` is made from ``intended_use`` and ``domains`` (contract/cards.py).
 
 A probe's note says why the input is outside the training domains and what a person would answer;
 it never describes the model's answer, which changes with every training run.

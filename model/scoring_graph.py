@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from service.contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
+from contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
 
 PATH = Path(__file__).resolve().parents[1] / "service" / "engine" / "top_logprobs.onnx"
 OPSET = 20

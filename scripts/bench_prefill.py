@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.contract.names import (
+from contract.names import (
     ATTENTION_MASK,
     INPUT_IDS,
     LOGITS,

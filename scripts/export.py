@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from model.checkpoint import export_checkpoint, reexport_artifact
-from service.contract.kinds import KINDS
+from contract.kinds import KINDS
 
 TINY_ONLY = ("embedder", "reranker")  # tiny encoder artifacts (tests/tiny_models.py TINY_ENCODERS), --tiny only
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from model import recipes
-from service.contract.kinds import KINDS
+from contract.kinds import KINDS
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service.contract.kinds import KINDS
+from contract.kinds import KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_ARTIFACTS = REPO / "artifacts"
@@ -22,7 +22,7 @@ MODELS = tuple(KINDS)
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/, the contract in service/contract/, the golden records
+    """Of everything a tiny export depends on: model/, the contract in contract/, the golden records
     (service/runtime/golden.py), tests/tiny_models.py."""
     digest = hashlib.sha256()
     sources = [*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py"),

@@ -1,7 +1,7 @@
 """Tiny randomly initialized models and their artifacts, for fast service and export tests (and for
 trying the server without trained models: ``python -m scripts.export --tiny --out /tmp/tiny``).
 
-Beside the trainable kinds (service.contract.kinds.KINDS) come two encoder artifacts that are not kinds
+Beside the trainable kinds (contract.kinds.KINDS) come two encoder artifacts that are not kinds
 of their own: ``embedder`` (the embedding task: BERT-like, mean pooling, normalize true) and
 ``reranker`` (a cross-encoder: a classification artifact with one label, "score", whose logit is the
 relevance of a (query, text) pair).
@@ -19,7 +19,7 @@ from model.classifier import Classifier
 from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.embedder import Embedder, EmbeddingOptions
 from model.export import MODEL_CLASSES, export_model
-from service.contract.kinds import KINDS
+from contract.kinds import KINDS
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -49,7 +49,7 @@ from service.api.served import Service, service_named, services
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.tei import tei_info
 from service.api.translate import translation_params
-from service.contract.kinds import TASKS
+from contract.kinds import TASKS
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.embedding import EmbeddingService
 from service.engine.engine import Engine

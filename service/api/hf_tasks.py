@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.api.errors import ApiError
-from service.contract.kinds import TASKS
+from contract.kinds import TASKS
 
 # The Inference API tasks a model of each of our tasks answers (its pipeline tag first).
 EXTRA_TASKS: dict[str, tuple[str, ...]] = {"embedding": ("sentence-similarity",)}

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import ModelCard, ModelList
-from service.contract.cards import no_use_summary, use_summary
+from contract.cards import no_use_summary, use_summary
 from service.engine.engine import Engine, ModelInfo
 
 router = APIRouter(tags=["models"])

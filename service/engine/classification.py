@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
+from contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
 from service.engine.encoder_batch import encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput

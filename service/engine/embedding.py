@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Encoding
 
-from service.contract.names import EMBEDDINGS, TOKEN_TYPE_IDS
+from contract.names import EMBEDDINGS, TOKEN_TYPE_IDS
 from service.engine.encoder_batch import encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle

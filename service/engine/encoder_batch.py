@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from service.contract.names import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+from contract.names import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 
 R = TypeVar("R")
 

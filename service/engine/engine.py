@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from service.contract.kinds import KINDS
+from contract.kinds import KINDS
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.embedding import EmbeddingJob, EmbeddingService
 from service.engine.errors import ModelNotLoaded, Unavailable

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.contract.names import ATTENTIONS, PRESENT, layer_names
+from contract.names import ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import stack_rows, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.chooser import Choice, ChooserRows, choose

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.contract.names import ATTENTION_MASK, CROSS, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, PRESENT
-from service.contract.names import kv_names as kv_names  # re-exported: the engine's modules import it from here
+from contract.names import ATTENTION_MASK, CROSS, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, PRESENT
+from contract.names import kv_names as kv_names  # re-exported: the engine's modules import it from here
 from service.runtime.sessions import Tensor, to_numpy
 
 

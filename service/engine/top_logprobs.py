@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
+from contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
 
 GRAPH = Path(__file__).with_name("top_logprobs.onnx")
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
+from contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import RowAttention, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step

@@ -9,8 +9,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from service.contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
-from service.contract.names import LOGITS_TO_KEEP
+from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
+from contract.names import LOGITS_TO_KEEP
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 from service.runtime.golden import GOLDEN_FILE, read_golden
 from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package

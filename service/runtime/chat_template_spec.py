@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.contract.names import CHAT_TEMPLATE_TOKENS
+from contract.names import CHAT_TEMPLATE_TOKENS
 
 CHAT_TEMPLATE = "chat_template"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"

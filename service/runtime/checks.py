@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.contract.kinds import CLASSIFICATION, DECODER, EMBEDDING, ENCODER, TRANSLATION
-from service.contract.names import (
+from contract.kinds import CLASSIFICATION, DECODER, EMBEDDING, ENCODER, TRANSLATION
+from contract.names import (
     ATTENTION_MASK,
     ATTENTION_PREFIXES,
     ATTENTIONS,

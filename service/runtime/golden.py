@@ -27,8 +27,8 @@ from typing import Any, Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.contract.kinds import CLASSIFICATION
-from service.contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS
+from contract.kinds import CLASSIFICATION
+from contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS
 
 GOLDEN_FILE = "golden.json"
 TOKENIZER, CONFIG, FILES = "tokenizer", "config", "files"  # golden.json's sections besides the graph roles

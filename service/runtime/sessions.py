@@ -12,7 +12,7 @@ from typing import TypeAlias
 import numpy as np
 import onnxruntime as ort
 
-from service.contract.names import LOGITS_TO_KEEP
+from contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from model.card import write_card
 from model.card_examples import refresh_card
 from model.hf_artifact import write_card as write_import_card
 from model.intended_use import RECORDS
-from service.contract.cards import use_summary
+from contract.cards import use_summary
 
 
 def trained_card(name: str) -> dict[str, Any]:

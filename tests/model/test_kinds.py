@@ -1,5 +1,5 @@
 """model/'s per-kind tables (torch classes, graph specs, tokenizers, recipes) cover exactly the kinds of
-the registry in service/contract/, and agree with what the contract requires of their task."""
+the registry in contract/, and agree with what the contract requires of their task."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from model import recipes, tokenization  # noqa: E402
 from model.config import CONFIG_CLASSES  # noqa: E402
 from model.export import MODEL_CLASSES, SPECS  # noqa: E402
 from model.hf_import import detect_family  # noqa: E402
-from service.contract.kinds import FAMILIES, KINDS  # noqa: E402
+from contract.kinds import FAMILIES, KINDS  # noqa: E402
 
 
 def test_every_kind_has_a_model_an_export_a_tokenizer_and_a_recipe() -> None:

@@ -34,7 +34,7 @@ async def test_summary_says_what_each_model_is_for(serving, tiny_artifacts, tmp_
     import json
     import shutil
 
-    from service.contract.cards import no_use_summary
+    from contract.cards import no_use_summary
 
     folder = tmp_path / "artifacts"
     shutil.copytree(tiny_artifacts, folder)
@@ -69,7 +69,7 @@ async def test_real_models_summary_states_use_and_domains(serving) -> None:
     """Every trained model's card states its intended use and domains, and /v1/models says them in one line."""
     import json
 
-    from service.contract.cards import use_summary
+    from contract.cards import use_summary
 
     async with serving(artifacts_dir=REAL, models=",".join(REAL_MODELS), model_details=False) as s:
         listed = {m["id"]: m for m in (await s.client.get("/v1/models")).json()["data"]}

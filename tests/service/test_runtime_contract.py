@@ -1,4 +1,4 @@
-"""The contract module (service/contract/) against what the exporter writes and what the runtime feeds:
+"""The contract module (contract/) against what the exporter writes and what the runtime feeds:
 graph names, the model-kind registry, and the generator's optional ``logits_to_keep`` input."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.contract.kinds import DECODER, KINDS, TASKS
-from service.contract.names import LOGITS_TO_KEEP, PAST, PRESENT, kv_names
+from contract.kinds import DECODER, KINDS, TASKS
+from contract.names import LOGITS_TO_KEEP, PAST, PRESENT, kv_names
 from service.engine.kv import KVCache
 from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
@@ -34,7 +34,7 @@ def test_the_contract_imports_only_the_standard_library_and_itself() -> None:
             else:
                 continue
             for name in names:
-                allowed = name.startswith("service.contract") or name.split(".")[0] in sys.stdlib_module_names
+                allowed = name.startswith("contract") or name.split(".")[0] in sys.stdlib_module_names
                 assert allowed, (path, name)
 
 

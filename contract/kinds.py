@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from service.contract.names import (
+from contract.names import (
     GraphIO,
     classifier_encoder_io,
     decoder_io,
