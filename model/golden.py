@@ -1,6 +1,6 @@
 """Golden records: a fixed input per graph and what ONNX Runtime returned for it at export time, the
 graph files' sha256, the tokenizer's ids for sample texts, and config.json's fields that no graph run
-checks (service/runtime/golden.py says what each section catches).
+checks (contract/golden.py says what each section catches).
 
 Torch-free on purpose: tests/export re-runs the committed graphs with ONNX Runtime alone and compares,
 so a broken or stale artifact fails CI, and the server checks the same records at start-up.
@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from contract.names import ATTENTIONS
 from service.runtime.artifact import TensorSpec, load_artifact
-from service.runtime.golden import (
+from contract.golden import (
     CONFIG,
     FILES,
     GOLDEN_FILE,
@@ -31,14 +31,14 @@ from service.runtime.golden import (
     record_tokenizer,
     summarize,
 )
-from service.runtime.golden import golden_inputs as _golden_inputs
-from service.runtime.weights_package import WEIGHTS_PACKAGE, parse_weights_package
+from contract.golden import golden_inputs as _golden_inputs
+from contract.weights_package import WEIGHTS_PACKAGE, parse_weights_package
 
 __all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "open_session", "record_golden", "run_graph", "summarize"]
 
 
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The fixed inputs of one graph of config.json (service.runtime.golden.golden_inputs)."""
+    """The fixed inputs of one graph of config.json (contract.golden.golden_inputs)."""
     specs = [TensorSpec(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
     return _golden_inputs(config["vocab_size"], specs)
 

@@ -1,7 +1,7 @@
 """Leave a graph's weights in the installed package they came from: every float initializer that equals
 a tensor of the package's safetensors file (exactly, or its transpose) becomes ONNX external data at a
 location that does not exist, and config.json's ``weights_package`` says which tensor fills it. The server
-(service/runtime/weights_package.py) finds the file in the installed distribution, checks its version and
+(contract/weights_package.py) finds the file in the installed distribution, checks its version and
 sha256, and hands the tensors to ONNX Runtime with SessionOptions.add_external_initializers."""
 
 from __future__ import annotations

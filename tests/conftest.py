@@ -23,7 +23,7 @@ MODELS = tuple(KINDS)
 
 def _model_source_hash() -> str:
     """Of everything a tiny export depends on: model/, the contract in contract/, the golden records
-    (service/runtime/golden.py), tests/tiny_models.py."""
+    (contract/golden.py), tests/tiny_models.py."""
     digest = hashlib.sha256()
     sources = [*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py"),
                REPO / "service" / "runtime" / "golden.py", REPO / "tests" / "tiny_models.py"]

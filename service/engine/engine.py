@@ -24,7 +24,7 @@ from service.engine.translation_service import TranslationJob, TranslationServic
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions, artifact_sessions
-from service.runtime.weights_package import WeightsPackageError
+from contract.weights_package import WeightsPackageError
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

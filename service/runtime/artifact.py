@@ -12,8 +12,8 @@ from tokenizers import Tokenizer
 from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
-from service.runtime.golden import GOLDEN_FILE, read_golden
-from service.runtime.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
+from contract.golden import GOLDEN_FILE, read_golden
+from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
 # config.json "generation_defaults": a generator's defaults (SamplingParams names, and max_new_tokens), each

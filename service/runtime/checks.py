@@ -33,7 +33,7 @@ from contract.names import (
     kv_names,
 )
 from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
-from service.runtime.golden import (
+from contract.golden import (
     CONFIG,
     CPU_TOLERANCE,
     DEVICE_TOLERANCE,

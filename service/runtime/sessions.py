@@ -92,7 +92,7 @@ def artifact_sessions(
     2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread. That pays for
     small models only (`leaves_a_core`, from the artifact's `dims`; without them, every one-step model).
 
-    `initializers`: weights the graph files leave out (service/runtime/weights_package.py)."""
+    `initializers`: weights the graph files leave out (contract/weights_package.py)."""
     spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
     one_step = "decoder" not in graphs  # a classifier: one run answers its requests
     one_step = one_step and (dims is None or leaves_a_core(dims))

@@ -190,7 +190,7 @@ ARTIFACT_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     ("truncated graph", "classifier", _replace("encoder.onnx", lambda b: b[: len(b) // 3]), "encoder.onnx"),
     ("graph replaced by zeros", "generator", _replace("decoder.onnx", lambda b: bytes(1000)), "decoder.onnx"),
     # What the graphs cannot show: each loaded and served wrong answers before golden.json recorded the
-    # tokenizer, the config and the graph files (service/runtime/golden.py).
+    # tokenizer, the config and the graph files (contract/golden.py).
     ("the generator's tokenizer, same size", "translator", _copy_from("generator", "tokenizer.json"), "tokenizer.json"),
     ("the translator's tokenizer, same size", "classifier", _copy_from("translator", "tokenizer.json"), "tokenizer.json"),
     ("the classifier's tokenizer, same size", "generator", _copy_from("classifier", "tokenizer.json"), "tokenizer.json"),

@@ -1,4 +1,4 @@
-"""Start-up checks against golden.json (service/runtime/golden.py): an artifact whose tokenizer, config or
+"""Start-up checks against golden.json (contract/golden.py): an artifact whose tokenizer, config or
 graph differs from what its export recorded is refused with one line naming that file, where it would
 otherwise load and answer wrongly. The tiny artifacts' exports record every section."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from service.engine.engine import Engine
 from service.runtime.artifact import ArtifactError
-from service.runtime.golden import CONFIG, FILES, GOLDEN_FILE, TOKENIZER, read_golden
+from contract.golden import CONFIG, FILES, GOLDEN_FILE, TOKENIZER, read_golden
 from service.settings import Settings
 
 Edit = Callable[[Path], None]
@@ -207,7 +207,7 @@ def test_the_add_command_records_what_the_export_did(tiny_artifacts: Path, tmp_p
 def test_recorded_outputs_allow_run_to_run_noise_and_nothing_more() -> None:
     import numpy as np
 
-    from service.runtime.golden import CPU_TOLERANCE, DEVICE_TOLERANCE, output_difference, summarize
+    from contract.golden import CPU_TOLERANCE, DEVICE_TOLERANCE, output_difference, summarize
 
     logits = np.random.default_rng(0).standard_normal((2, 4, 50)).astype(np.float32) * 3
     recorded = summarize(logits)
