@@ -22,11 +22,9 @@ MODELS = tuple(KINDS)
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/, the contract in contract/, the golden records
-    (contract/golden.py), tests/tiny_models.py."""
+    """Of everything a tiny export depends on: model/, contract/ (golden records included), tests/tiny_models.py."""
     digest = hashlib.sha256()
-    sources = [*(REPO / "model").rglob("*.py"), *(REPO / "service" / "contract").rglob("*.py"),
-               REPO / "service" / "runtime" / "golden.py", REPO / "tests" / "tiny_models.py"]
+    sources = [*(REPO / "model").rglob("*.py"), *(REPO / "contract").rglob("*.py"), REPO / "tests" / "tiny_models.py"]
     for path in sorted(sources):
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
