@@ -51,10 +51,10 @@ artifacts: $(VENV)/.installed-dev
 	$(PY) -m scripts.train classifier --minutes $(CLASSIFIER_MINUTES) --threads 1
 	$(PY) -m scripts.export classifier
 	$(PY) -m scripts.finetune_pretrained --threads 2   # classifier-minilm: the imported MiniLM, fine-tuned
-	$(PY) -m scripts.bench_export --threads 1
+	$(PY) -m benchmarks.graphs --threads 1
 
 e2e: $(VENV)/.installed-dev
-	bash tests/deploy/run.sh
+	bash harness/deploy/run.sh
 
 docker-build:
 	docker build -t transformer-serving:cpu .

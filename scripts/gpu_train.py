@@ -6,7 +6,7 @@ most 16 MiB each, so the work travels in two bundles and comes back in two calls
     python -m scripts.gpu_train pack              # here: .gpu/tr (translator run + data), .gpu/cls (MiniLM + data)
 
     # device call 1, carry [".gpu/cls"]: the classifier's recipe search starts in the background, and the
-    # CUDA path of the runtime is checked meanwhile (scripts/cuda_check.py)
+    # CUDA path of the runtime is checked meanwhile (benchmarks/cuda_check.py)
     python3 -m scripts.gpu_train tune-start
     # device call 2 at once, carry [".gpu/tr"]: the translator's stable segment and cooldown, then the
     # search's results: the cooled-down translator, the chosen classifier (in parts) and the records
@@ -87,7 +87,7 @@ def tune_start(out: Path, jobs: int, train_device: str) -> None:
                           "--minilm", str(PACK / "cls" / "minilm"), "--out", str(RESULTS / "tune"), *smoke],
                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    subprocess.run([sys.executable, "-m", "scripts.cuda_check", "artifacts/generator", "--out",
+    subprocess.run([sys.executable, "-m", "benchmarks.cuda_check", "artifacts/generator", "--out",
                     str(out / "cuda_check.json")], check=False)
 
 

@@ -1,5 +1,5 @@
 """The OpenAPI document: what FastAPI builds from the code, plus what only the server knows. Every request
-the document calls valid is one the server takes (schemathesis checks it in tests/reliability/contract.py),
+the document calls valid is one the server takes (schemathesis checks it in harness/reliability/contract.py),
 and every example succeeds as shown (tests/clients/test_playground.py runs each one from /docs).
 
 - The Inference API's dispatch routes (POST / and POST /models/{name}) read their body as plain JSON and

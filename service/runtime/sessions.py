@@ -60,7 +60,7 @@ def requested_providers(device: str) -> list[str]:
 
 # n_layers x d_model^2 (an encoder's cost per token) below which a one-step model's multi-request runs take
 # the busy session. Measured over HTTP on 2 cores, 32 concurrent single texts, ours / CTranslate2 with one
-# thread vs two (python -m scripts.bench_anchor --rows classifier_c32,embedder_c32 --server-setting
+# thread vs two (python -m benchmarks.anchor --rows classifier_c32,embedder_c32 --server-setting
 # busy_intra_op_threads=2): our classifier (4 x 256^2 = 0.26M) 0.66 vs 0.62; MiniLM-sized encoders
 # (6 x 384^2 = 0.88M) 0.54 vs 0.71 (classifier-minilm's dims) and 0.48 vs 0.73 (the embedder). A larger
 # encoder's run is worth more than the event loop's work on its requests.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.conftest import REAL_ARTIFACTS
-from tests.reliability.harness import LocalServer
+from harness.reliability.harness import LocalServer
 
 
 @dataclass

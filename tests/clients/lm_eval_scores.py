@@ -152,7 +152,7 @@ def readme_figures_block(readme: str) -> str | None:
 
 def main() -> None:
     from tests.conftest import REAL_ARTIFACTS
-    from tests.reliability.harness import LocalServer
+    from harness.reliability.harness import LocalServer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "lm_eval.json")

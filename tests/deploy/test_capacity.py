@@ -1,10 +1,10 @@
-"""scripts/capacity.py: capacity at a p99 target, replicas and autoscaler targets for a load mix."""
+"""benchmarks/capacity.py: capacity at a p99 target, replicas and autoscaler targets for a load mix."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.capacity import capacity, plan
+from benchmarks.capacity import capacity, plan
 
 
 def cell(endpoint: str, concurrency: int, rps: float, p99: float, cores: float, queue: float, errors: int = 0) -> dict:

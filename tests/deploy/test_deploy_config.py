@@ -1,5 +1,5 @@
 """Static checks of the deployment files, no Docker needed: they keep Dockerfile, docker-compose*.yml,
-.env.example and README.md in step with service/settings.py. tests/deploy/run.sh tests the real container."""
+.env.example and README.md in step with service/settings.py. harness/deploy/run.sh tests the real container."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Collects each section's Outcome; at the end of the session writes the JSON report and prints the table.
 
 The report goes to $RELIABILITY_REPORT (default .pytest_cache/reliability.json): CI shows the figures in
-its log without touching the committed bench_results/reliability.json (`python -m tests.reliability`)."""
+its log without touching the committed bench_results/reliability.json (`python -m harness.reliability`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.__main__ import write_report
-from tests.reliability.harness import REPO, SUITE_SETTINGS, LocalServer, Target
-from tests.reliability.report import table
-from tests.reliability.sections import Outcome
+from harness.reliability.__main__ import write_report
+from harness.reliability.harness import REPO, SUITE_SETTINGS, LocalServer, Target
+from harness.reliability.report import table
+from harness.reliability.sections import Outcome
 
 OUTCOMES: list[Outcome] = []
 

@@ -1,14 +1,14 @@
 """The reliability suite (issue 12) in CI: loopback only, bounded loops, a few minutes on 2 cores.
-Each test runs one section of tests/reliability/sections.py and fails on any of its failures."""
+Each test runs one section of harness/reliability/sections.py and fails on any of its failures."""
 
 from __future__ import annotations
 
 import os
 
-from tests.reliability import sections
-from tests.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
-from tests.reliability.sections import Outcome
-from tests.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
+from harness.reliability import sections
+from harness.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
+from harness.reliability.sections import Outcome
+from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
 

@@ -1,7 +1,7 @@
 """The OpenAPI document and the server agree: what the document calls valid the server takes, what it
 calls invalid the server refuses (at each limit and just past it), every example succeeds as shown, and
 every route that answers is documented. schemathesis checks the same over generated data
-(tests/reliability/contract.py); these are the cases it found, pinned."""
+(harness/reliability/contract.py); these are the cases it found, pinned."""
 
 from __future__ import annotations
 

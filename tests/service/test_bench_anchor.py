@@ -1,4 +1,4 @@
-"""scripts/bench_anchor.py end to end on the tiny artifacts (the tiny embedder among them): our server,
+"""benchmarks/anchor.py end to end on the tiny artifacts (the tiny embedder among them): our server,
 CTranslate2 and HF eager, every row; the Llama-shaped rows on a tiny random Llama built by the script.
 
 ctranslate2 comes with the dev extra (through the bench extra), so this runs in CI rather than being skipped.
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scripts.anchor_engines import mean_pool
-from scripts.bench_anchor import ROWS
+from benchmarks.anchor_engines import mean_pool
+from benchmarks.anchor import ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def anchor(tiny_artifacts_with_encoders: Path,
     """One run of the script on the tiny artifacts: (its JSON, its stdout, the folder of its built models)."""
     tmp = tmp_path_factory.mktemp("anchor")
     command = [
-        sys.executable, "-m", "scripts.bench_anchor", "--artifacts", str(tiny_artifacts_with_encoders),
+        sys.executable, "-m", "benchmarks.anchor", "--artifacts", str(tiny_artifacts_with_encoders),
         "--ours", "as-is",
         "--work", str(tmp / "work"), "--rounds", "2", "--scale", "0.01", "--threads", "1",
         "--prompt-tokens", "6", "--new-tokens", "5", "--target-tokens", "4", "--llama-size", "tiny",
@@ -88,8 +88,8 @@ def test_the_llama_rows_decode_the_same_tokens_as_ctranslate2(anchor: tuple[dict
 def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> None:
     """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`;
     an embedding of the served embedder's size per input."""
-    from scripts.bench import Connection, free_port
-    from scripts.http_floor import FloorServer
+    from benchmarks.serving import Connection, free_port
+    from benchmarks.http_floor import FloorServer
 
     async def ask() -> list[tuple[int, bytes, int]]:
         conn = Connection("127.0.0.1", floor.port)

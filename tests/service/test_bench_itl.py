@@ -1,4 +1,4 @@
-"""scripts/bench_itl.py end to end on the tiny generator: both chunk settings measured, a table and JSON."""
+"""benchmarks/itl.py end to end on the tiny generator: both chunk settings measured, a table and JSON."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_bench_itl_measures_streams_beside_long_prompts(tiny_artifacts: Path, tmp_path: Path) -> None:
     out = tmp_path / "itl.json"
     command = [
-        sys.executable, "-m", "scripts.bench_itl", "--artifacts", str(tiny_artifacts), "--chunks", "0,4",
+        sys.executable, "-m", "benchmarks.itl", "--artifacts", str(tiny_artifacts), "--chunks", "0,4",
         "--rounds", "1", "--threads", "1", "--streams", "2", "--requests", "4", "--prompt-tokens", "6",
         "--new-tokens", "5", "--long-tokens", "20", "--out", str(out),
     ]

@@ -1,8 +1,8 @@
-"""Keep scripts/bench.py from rotting: its in-process part runs on the tiny artifacts."""
+"""Keep benchmarks/serving.py from rotting: its in-process part runs on the tiny artifacts."""
 
 from pathlib import Path
 
-from scripts.bench import Cell, kv_cache_vs_recompute, table
+from benchmarks.serving import Cell, kv_cache_vs_recompute, table
 
 
 def test_kv_cache_vs_recompute_agree(tiny_artifacts: Path) -> None:

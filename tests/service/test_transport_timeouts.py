@@ -1,6 +1,6 @@
 """The body deadline (SERVE_BODY_TIMEOUT_S) as the app applies it, the send timeout (SERVE_SEND_TIMEOUT_S)
 under uvicorn over a real socket, and uvicorn's configuration from the settings.
-tests/reliability/transport.py runs the same against the whole server, with the protocol's part."""
+harness/reliability/transport.py runs the same against the whole server, with the protocol's part."""
 
 import asyncio
 import contextlib

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The reliability suite's `load` and `sigterm` sections against the real container (called by
-# tests/deploy/run.sh once the image is built and the first `api` container has exited).
+# harness/deploy/run.sh once the image is built and the first `api` container has exited).
 #
-#   SANDBOX=... PROJECT=... PY=... DOCKER=... API=http://127.0.0.1:8000 bash tests/reliability/container.sh
+#   SANDBOX=... PROJECT=... PY=... DOCKER=... API=http://127.0.0.1:8000 bash harness/reliability/container.sh
 #
 # Starts `api` again with a 5 s drain (SERVE_DRAIN_TIMEOUT_S passes through docker-compose.yml), runs
 # 64 concurrent clients whose answers must equal the same requests sent alone, then SIGTERM with
@@ -14,7 +14,7 @@ DRAIN_S=${RELIABILITY_DRAIN_S:-5}
 REPORT=${RELIABILITY_REPORT:-/tmp/reliability-container.json}
 
 compose() {
-  bash "$SANDBOX" compose -p "$PROJECT" -f docker-compose.yml -f tests/deploy/docker-compose.ci.yml "$@"
+  bash "$SANDBOX" compose -p "$PROJECT" -f docker-compose.yml -f harness/deploy/docker-compose.ci.yml "$@"
 }
 
 SERVE_DRAIN_TIMEOUT_S=$DRAIN_S compose up -d --force-recreate api
@@ -27,5 +27,5 @@ until curl -fsS -o /dev/null --max-time 5 "$API/ready" 2>/dev/null; do
   sleep 1
 done
 echo "api ready after $((SECONDS - t0)) s (drain timeout ${DRAIN_S} s)"
-DOCKER=$DOCKER "$PY" -m tests.reliability --url "$API" --container "$CID" --sections load,sigterm \
+DOCKER=$DOCKER "$PY" -m harness.reliability --url "$API" --container "$CID" --sections load,sigterm \
   --setting "SERVE_DRAIN_TIMEOUT_S=$DRAIN_S" --setting SERVE_MAX_NEW_TOKENS=256 --report "$REPORT"

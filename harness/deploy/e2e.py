@@ -1,10 +1,10 @@
-"""End-to-end checks of a running server (the real container in tests/deploy/run.sh). Standard library only.
+"""End-to-end checks of a running server (the real container in harness/deploy/run.sh). Standard library only.
 
-    python tests/deploy/e2e.py check --url http://127.0.0.1:8000 [--quick]
-    python tests/deploy/e2e.py drain --url http://127.0.0.1:8000 --container CONTAINER_ID
+    python harness/deploy/e2e.py check --url http://127.0.0.1:8000 [--quick]
+    python harness/deploy/e2e.py drain --url http://127.0.0.1:8000 --container CONTAINER_ID
 
 `check` calls every endpoint and checks real answers: known sentences translate to the expected French
-words and reviews classify as expected (tests/deploy/expectations.json; adjust it when the models are
+words and reviews classify as expected (harness/deploy/expectations.json; adjust it when the models are
 retrained, never empty it), plus consistency checks that hold for any model: streamed text equals the
 whole response, greedy decoding repeats, a seed reproduces a sample, completions match generate.
 `--quick` runs a subset (used through the load balancer).

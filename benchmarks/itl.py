@@ -1,6 +1,6 @@
 """Inter-token latency of running streams while long prompts join: chunked prefill on and off (issue 11, item 4).
 
-    python -m scripts.bench_itl [--artifacts DIR] [--chunks 0,64] [--rounds 3] [--out bench_results/itl.json]
+    python -m benchmarks.itl [--artifacts DIR] [--chunks 0,64] [--rounds 3] [--out bench_results/itl.json]
 
 One server per SERVE_PREFILL_CHUNK_TOKENS value (SERVE_INTRA_OP_THREADS=--threads), generator only. Each round,
 on each server in turn: --streams clients stream completions of a --prompt-tokens prompt and --new-tokens
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from scripts.bench import REPO, Connection, Server, _ok
+from benchmarks.serving import REPO, Connection, Server, _ok
 
 
 def prompt(n: int, first: int) -> list[int]:
@@ -110,7 +110,7 @@ def main() -> None:
         ratio = f"{s['p99'] / s['p50']:.2f}" if s["p50"] >= 0.01 else "-"  # a tiny test model's gaps round to 0
         print(f"| {c} | {s['tok_s']:,.0f} | {s['p50']} | {s['p99']} | {s['p999']} | {ratio} | "
               f"{s['long_prompts']:.0f} | {s['long_latency_ms']} |")
-    result: dict[str, Any] = {"command": "python -m scripts.bench_itl " + " ".join(f"--{k.replace('_', '-')} {v}"
+    result: dict[str, Any] = {"command": "python -m benchmarks.itl " + " ".join(f"--{k.replace('_', '-')} {v}"
                                                                                  for k, v in vars(args).items()),
                               "summary": summary, "rounds": rounds}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,12 @@
 """Our server against CTranslate2 and Hugging Face eager on the same shapes, in one run (issue 11, item 7).
 
     pip install -e '.[train,bench]'       # ctranslate2 (the dev extra includes it too)
-    python -m scripts.bench_anchor [--artifacts artifacts] [--rounds 3] [--threads 2] [--out bench_results/anchor.json]
+    python -m benchmarks.anchor [--artifacts artifacts] [--rounds 3] [--threads 2] [--out bench_results/anchor.json]
 
 Models, all with the dimensions of --artifacts and random weights (nothing is downloaded):
   - ours: the artifacts re-exported with random weights by model/export.py (a trained translator stops at
     its end token early; /v1/translate has no way to force a length), served by `python -m service`
-    (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by scripts/bench.py's client;
+    (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by benchmarks/serving.py's client;
     --ours as-is serves --artifacts themselves (e.g. tiny random ones);
     the embedder is the served one (artifacts/embedder, through POST /v1/embeddings);
   - Hugging Face `transformers` built with the same dimensions: GPT-2 (generator), Marian (translator),
@@ -19,7 +19,7 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
     SwiGLU, rope) built here, imported by our importer (model/hf_artifact.py) and served by a server of its
     own, converted for CTranslate2 from the same weights; no HF eager row. Before measuring, ours in process
     and CTranslate2 decode a few prompts greedily and the run prints whether their tokens agree;
-  - the floor: scripts/http_floor.py, a server that answers the same requests at once with no work,
+  - the floor: benchmarks/http_floor.py, a server that answers the same requests at once with no work,
     driven by the same client. `ceiling over HTTP / CT2` = floor / (ct2 + floor): ours / CT2 for an engine exactly as
     fast as CTranslate2 behind a server that costs nothing beyond uvicorn and the load generator on these
     cores. A target above it cannot be met on this machine by any server behind uvicorn.
@@ -48,12 +48,12 @@ from typing import Any
 
 import numpy as np
 
-from scripts.anchor_engines import (EMBEDDER, KINDS, LLAMA, LLAMA_SIZES, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2,
+from benchmarks.anchor_engines import (EMBEDDER, KINDS, LLAMA, LLAMA_SIZES, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2,
                                     build_llama, dims, export_random, exporter_digest, kv_bytes_per_token,
                                     shape_options)
-from scripts.bench import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
+from benchmarks.serving import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
                            machine_cpu_seconds, process_cpu_seconds)
-from scripts.http_floor import FloorServer
+from benchmarks.http_floor import FloorServer
 
 ROWS: dict[str, tuple[str, str, int, int]] = {
     "generator_c16": ("generator, 16 concurrent requests", "tok/s", 16, 48),
@@ -78,7 +78,7 @@ def row_kind(row: str) -> str:
 
 
 class Ours:
-    """HTTP clients for our server (scripts/bench.py's Connection and drive); lengths forced with ignore_eos."""
+    """HTTP clients for our server (benchmarks/serving.py's Connection and drive); lengths forced with ignore_eos."""
 
     def __init__(self, shapes: Shapes) -> None:
         self.s = shapes
@@ -142,10 +142,10 @@ def over_http(url: str, ours: Ours, client: Client, concurrency: int, requests: 
 
 
 class Worker:
-    """An engine in its own process (scripts/anchor_engines.py)."""
+    """An engine in its own process (benchmarks/anchor_engines.py)."""
 
     def __init__(self, engine: str, part: str, argv: list[str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.anchor_engines", engine, part, *argv],
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.anchor_engines", engine, part, *argv],
                                      cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -381,7 +381,7 @@ def main() -> None:
         worker.close()
     summary = summarize(rounds, rows, shapes)
     result = {
-        "command": " ".join(["python -m scripts.bench_anchor", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.anchor", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
                     "python": platform.python_version()},
         "versions": versions(),

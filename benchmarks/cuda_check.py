@@ -1,6 +1,6 @@
 """The CUDA path on a lent GPU: the provider really in use, the start-up checks, parity with the CPU, speed.
 
-    python -m scripts.cuda_check artifacts/generator --out cuda_check.json
+    python -m benchmarks.cuda_check artifacts/generator --out cuda_check.json
 
 For a generator artifact, through the server's own runtime layer (service/runtime: provider selection,
 GraphSession with IOBinding, the artifact's start-up checks against its golden outputs):

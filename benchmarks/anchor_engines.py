@@ -1,6 +1,6 @@
-"""The engines scripts/bench_anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
+"""The engines benchmarks/anchor.py compares ours with: CTranslate2 and Hugging Face eager, same shapes.
 
-    python -m scripts.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder|llama \
+    python -m benchmarks.anchor_engines ct2|hf|engine generator|generator-int8|translator|classifier|embedder|llama \
         --artifacts DIR --work DIR [--threads 2] [shape options]
 
 

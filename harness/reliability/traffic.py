@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.reliability.harness import (
+from harness.reliability.harness import (
     Outcome,
     Target,
     client,
@@ -43,7 +43,7 @@ REVIEWS = ("A wonderful, moving film.", "A dull, boring mess.", "The plot is thi
 
 # A seeded draw may differ batched vs alone where the logits' batch-shape rounding (~1e-5) moves its
 # random number across a boundary onto a neighbouring id (README "Generate"): measured 5 in 512 64-token
-# completions (scripts/seeded_batching.py). Seeded answers may differ at most this often, and only there.
+# completions (benchmarks/seeded_batching.py). Seeded answers may differ at most this often, and only there.
 SEEDED_FLIP_RATE = 0.05
 NEIGHBOUR_IDS = 8
 

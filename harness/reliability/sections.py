@@ -2,15 +2,15 @@
 with bounded loops, and returns an Outcome: its figures, and what failed (an empty list is a pass).
 
 The sections that need to start servers of their own (mismatched artifacts, injected faults) take no
-target. tests/reliability/test_reliability.py runs them all in CI; `python -m tests.reliability`
-runs them and writes the JSON report and the README table; tests/deploy/run.sh runs `load` and
+target. tests/reliability/test_reliability.py runs them all in CI; `python -m harness.reliability`
+runs them and writes the JSON report and the README table; harness/deploy/run.sh runs `load` and
 `sigterm` against the container."""
 
-from tests.reliability.contract import bad_input, schemathesis
-from tests.reliability.faults import artifacts, faults, sigterm
-from tests.reliability.harness import Outcome
-from tests.reliability.traffic import attention, disconnects, load, overload, soak, tokenize
-from tests.reliability.transport import slow_clients, stuck_drain, stuck_readers
+from harness.reliability.contract import bad_input, schemathesis
+from harness.reliability.faults import artifacts, faults, sigterm
+from harness.reliability.harness import Outcome
+from harness.reliability.traffic import attention, disconnects, load, overload, soak, tokenize
+from harness.reliability.transport import slow_clients, stuck_drain, stuck_readers
 
 __all__ = [
     "Outcome",

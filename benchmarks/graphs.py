@@ -1,6 +1,6 @@
 """Measure the exported graphs and record the results in each artifact's card.
 
-    python -m scripts.bench_export [--artifacts artifacts] [--runs runs] [--threads 1]
+    python -m benchmarks.graphs [--artifacts artifacts] [--runs runs] [--threads 1]
 
 For the generator and the translator decoder, side by side in one run:
   - cached decode step (past 255 + 1 new token) vs full recompute of 256 tokens (ORT),
@@ -238,7 +238,7 @@ def main() -> None:
     report["classifier"] = {"int8_quality": classifier_accuracy(args.artifacts / "classifier", args.data, args.threads)}
 
     meta = {"threads": args.threads, "context": CONTEXT, "onnxruntime": ort.__version__, "torch": torch.__version__,
-            "command": "python -m scripts.bench_export " + f"--threads {args.threads}"}
+            "command": "python -m benchmarks.graphs " + f"--threads {args.threads}"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, **report}, indent=2) + "\n")
     for name, sections in report.items():

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end test of the real Docker image and docker-compose.yml (the second half of .ci/run).
 #
-#   bash tests/deploy/run.sh
+#   bash harness/deploy/run.sh
 #
 # 1. starts a Docker engine with ../shared/tools/docker-sandbox (fails loudly if it cannot)
 # 2. validates every compose file / profile combination (`docker-compose config`)
 # 3. builds the CPU image from the real Dockerfile (`docker build --network host`) and inspects it
-# 4. starts `api` with docker compose (+ tests/deploy/docker-compose.ci.yml, host networking) and waits for /ready
-# 5. calls every endpoint through the container and checks real answers (tests/deploy/e2e.py,
-#    expectations in tests/deploy/expectations.json); then the same through the nginx load balancer
+# 4. starts `api` with docker compose (+ harness/deploy/docker-compose.ci.yml, host networking) and waits for /ready
+# 5. calls every endpoint through the container and checks real answers (harness/deploy/e2e.py,
+#    expectations in harness/deploy/expectations.json); then the same through the nginx load balancer
 # 6. stops the server (SIGTERM) during an in-flight generation: it must finish, then the server exits 0
-# 6a. the reliability suite's load and SIGTERM sections against a fresh `api` (tests/reliability/container.sh)
+# 6a. the reliability suite's load and SIGTERM sections against a fresh `api` (harness/reliability/container.sh)
 # 6b. the compose `scale` profile: api + 2 replicas behind nginx, 300 requests, one replica stopped
-#    mid-load (tests/deploy/scale.py)
+#    mid-load (harness/deploy/scale.py)
 # 7. docker compose down; docker-sandbox stop (also on failure)
 #
 # Environment: DOCKER_SANDBOX (path of the tool), EXPECTATIONS (another expectations file),
@@ -30,7 +30,7 @@ IMAGE=transformer-serving:cpu
 LB_IMAGE=transformer-serving-lb:latest
 API=http://127.0.0.1:8000
 LB=http://127.0.0.1:8080
-EXPECTATIONS=${EXPECTATIONS:-tests/deploy/expectations.json}
+EXPECTATIONS=${EXPECTATIONS:-harness/deploy/expectations.json}
 export DOCKER_SANDBOX_LOG=${DOCKER_SANDBOX_LOG:-/tmp/docker-sandbox.log}
 
 START=$SECONDS
@@ -44,7 +44,7 @@ step() {
 fail() { echo "DEPLOY TEST FAILED: $*" >&2; exit 1; }
 
 compose() {  # docker-compose on the real files, rewritten for host networking by the sandbox
-  bash "$SANDBOX" compose -p "$PROJECT" -f docker-compose.yml -f tests/deploy/docker-compose.ci.yml "$@"
+  bash "$SANDBOX" compose -p "$PROJECT" -f docker-compose.yml -f harness/deploy/docker-compose.ci.yml "$@"
 }
 
 ENGINE_STARTED=0
@@ -155,7 +155,7 @@ done
 echo "compose healthcheck: healthy; read-only root: $("$DOCKER" inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$CID")"
 
 step "endpoints through the container"
-"$PY" tests/deploy/e2e.py check --url "$API" --expectations "$EXPECTATIONS"
+"$PY" harness/deploy/e2e.py check --url "$API" --expectations "$EXPECTATIONS"
 
 step "load balancer (nginx, profile scale)"
 compose --profile scale build lb || fail "build of the load balancer image"
@@ -164,11 +164,11 @@ compose --profile scale up -d --no-deps lb || fail "docker compose up lb"
 LB_CID=$(compose --profile scale ps -q lb)
 "$DOCKER" exec "$LB_CID" nginx -t || fail "nginx -t"
 wait_http "$LB/lb-health" 30 "$LB_CID"
-"$PY" tests/deploy/e2e.py check --url "$LB" --expectations "$EXPECTATIONS" --quick
+"$PY" harness/deploy/e2e.py check --url "$LB" --expectations "$EXPECTATIONS" --quick
 compose --profile scale stop lb >/dev/null
 
 step "SIGTERM drains an in-flight generation"
-"$PY" tests/deploy/e2e.py drain --url "$API" --expectations "$EXPECTATIONS" --container "$CID"
+"$PY" harness/deploy/e2e.py drain --url "$API" --expectations "$EXPECTATIONS" --container "$CID"
 t0=$SECONDS
 until [ "$("$DOCKER" inspect -f '{{.State.Status}}' "$CID")" = exited ]; do
   [ $((SECONDS - t0)) -lt 60 ] || fail "server still running $((SECONDS - t0))s after SIGTERM"
@@ -183,15 +183,15 @@ echo "server exited with code $code, $((SECONDS - t0))s after the drained reques
 # `api` again with a 5 s drain: 64 concurrent clients equal to solo answers; SIGTERM with streams in flight
 # must exit 0 within the drain and end every stream with `done` or an `error` event (tests/reliability).
 step "reliability suite against the container (load, SIGTERM)"
-SANDBOX="$SANDBOX" PROJECT="$PROJECT" PY="$PY" DOCKER="$DOCKER" API="$API" bash tests/reliability/container.sh \
-  || fail "reliability suite against the container (tests/reliability/container.sh)"
+SANDBOX="$SANDBOX" PROJECT="$PROJECT" PY="$PY" DOCKER="$DOCKER" API="$API" bash harness/reliability/container.sh \
+  || fail "reliability suite against the container (harness/reliability/container.sh)"
 # ---- end of issue 12 ------------------------------------------------------------------------------------
 
-# ---- issue 14: the compose `scale` profile for real (tests/deploy/scale.py) -----------------------------
+# ---- issue 14: the compose `scale` profile for real (harness/deploy/scale.py) -----------------------------
 # api + 2 replicas behind nginx, each replica on its own port (host networking); 300 mixed requests through
 # nginx, one replica stopped mid-load; every request must succeed, spread over all replicas; then down.
 step "scale profile: api + 2 replicas behind nginx, one stopped mid-load"
-"$PY" tests/deploy/scale.py --sandbox "$SANDBOX" --project "$PROJECT" || fail "scale profile (tests/deploy/scale.py)"
+"$PY" harness/deploy/scale.py --sandbox "$SANDBOX" --project "$PROJECT" || fail "scale profile (harness/deploy/scale.py)"
 # ---- end of issue 14 ------------------------------------------------------------------------------------
 
 step "docker compose down"

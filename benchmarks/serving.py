@@ -1,6 +1,6 @@
 """Benchmark the inference service end to end.
 
-    python -m scripts.bench [--artifacts artifacts] [--threads 0] [--scale 1.0] [--out bench_results]
+    python -m benchmarks.serving [--artifacts artifacts] [--threads 0] [--scale 1.0] [--out bench_results]
 
 Starts `python -m service` on a free port and drives it with concurrent HTTP clients: requests/s,
 tokens/s, p50/p99 latency and time to first token at concurrency 1, 8 and 32 for each endpoint.

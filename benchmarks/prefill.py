@@ -1,6 +1,6 @@
 """Prefill time of two exports of one generator: logits at every prompt position vs the last only.
 
-    python -m scripts.bench_prefill OLD_FOLDER NEW_FOLDER [--threads 2] [--rounds 3] [--int8]
+    python -m benchmarks.prefill OLD_FOLDER NEW_FOLDER [--threads 2] [--rounds 3] [--int8]
 
 OLD_FOLDER is an artifact whose decoder has no ``logits_to_keep`` input (every position, as before);
 NEW_FOLDER the same weights exported with it, run with ``logits_to_keep = 1`` as the server's prefill

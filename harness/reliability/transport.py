@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from tests.reliability.harness import Outcome, Target, client, is_error_shape, metric, model_ids, timed
-from tests.reliability.traffic import _gauges
+from harness.reliability.harness import Outcome, Target, client, is_error_shape, metric, model_ids, timed
+from harness.reliability.traffic import _gauges
 
 # The sections' server: a body timeout short enough to wait for, longer than the drain (so the slow uploads
 # of stuck_drain are still mid-body when it ends), and the drain of the probe that found the overrun.

@@ -4,7 +4,7 @@ Every prompt of tests/clients/lm_eval_tasks/sotu_choice.jsonl, `--rounds` times 
 sent as one n=2 completion, all at once (so rows of different lengths share batches), and each choice
 again alone with its own seed. The figures go to bench_results/seeded_batching.json:
 
-    python -m scripts.seeded_batching --rounds 16
+    python -m benchmarks.seeded_batching --rounds 16
 """
 
 from __future__ import annotations

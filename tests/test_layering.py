@@ -1,9 +1,23 @@
-"""Import rules inside service/: api -> engine -> runtime; no torch, no model/ anywhere."""
+"""Which package may import which: contract <- model, service; scripts, benchmarks and harness above them;
+tests above all. Inside service/: api -> engine -> runtime; no torch and no model/ anywhere in it."""
 
 import ast
 from pathlib import Path
 
-SERVICE = Path(__file__).resolve().parents[2] / "service"
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICE = REPO / "service"
+OURS = {"contract", "model", "service", "scripts", "benchmarks", "harness", "tests"}
+# A package may import itself and these of ours; nothing imports tests/.
+ALLOWED = {
+    "contract": set(),
+    "model": {"contract"},
+    "service": {"contract"},
+    "scripts": {"contract", "model", "service"},
+    "harness": {"contract", "model", "service"},
+    "benchmarks": {"contract", "model", "service", "scripts", "harness"},
+}
 
 
 def imports(path: Path) -> set[str]:
@@ -24,7 +38,18 @@ def roots(names: set[str]) -> set[str]:
     return {n.split(".")[0] for n in names}
 
 
-def test_no_torch_and_no_model_package() -> None:
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_run_one_way(package: str) -> None:
+    wrong = {
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in (REPO / package).rglob("*.py")
+        for name in imports(path)
+        if name.split(".")[0] in OURS - {package} - ALLOWED[package]
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_no_torch_and_no_model_package_in_the_server() -> None:
     for path in SERVICE.rglob("*.py"):
         assert not roots(imports(path)) & {"torch", "model", "onnx", "transformers"}, path
 

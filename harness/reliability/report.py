@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-README_BEGIN = "<!-- reliability:begin (python -m tests.reliability --readme) -->"
+README_BEGIN = "<!-- reliability:begin (python -m harness.reliability --readme) -->"
 README_END = "<!-- reliability:end -->"
 
 CHECKS = {

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tests.reliability.harness import (
+from harness.reliability.harness import (
     Outcome,
     Target,
     client,

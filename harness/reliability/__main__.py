@@ -1,9 +1,9 @@
 """Run the reliability suite and write its figures.
 
-    python -m tests.reliability                      # every section against servers started here,
+    python -m harness.reliability                      # every section against servers started here,
                                                      # JSON to bench_results/reliability.json
-    python -m tests.reliability --readme             # also rewrite the table in README.md
-    python -m tests.reliability --url http://127.0.0.1:8000 --container CID \\
+    python -m harness.reliability --readme             # also rewrite the table in README.md
+    python -m harness.reliability --url http://127.0.0.1:8000 --container CID \\
         --sections load,sigterm --setting SERVE_DRAIN_TIMEOUT_S=5   # a running container (deploy test)
 
 Exit status 1 if any section failed.
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.reliability import sections
-from tests.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
-from tests.reliability.report import README_BEGIN, README_END, table
-from tests.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
+from harness.reliability import sections
+from harness.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
+from harness.reliability.report import README_BEGIN, README_END, table
+from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "disconnects", "soak")
 ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain", "stuck_readers")

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from tests.reliability.harness import (
+from harness.reliability.harness import (
     ARTIFACTS,
     REPO,
     Outcome,

@@ -1,7 +1,7 @@
 """A server that answers our API at once and does no work: the floor under the HTTP rows of
-scripts/bench_anchor.py.
+benchmarks/anchor.py.
 
-    python -m scripts.http_floor --port 8000 [--dimensions 384]
+    python -m benchmarks.http_floor --port 8000 [--dimensions 384]
 
 uvicorn as the service runs it (httptools, uvloop, no access log) around a bare ASGI app: no framework, no
 validation, no tokenizer, no model. It answers /v1/classify, /v1/translate, /v1/embeddings and /v1/generate (plain
@@ -130,7 +130,7 @@ class FloorServer:
     """This server in a subprocess, on `port`: a context manager that waits until it accepts connections."""
 
     def __init__(self, port: int, dimensions: int = EMBEDDING_DIMENSIONS) -> None:
-        command = ["-m", "scripts.http_floor", "--port", str(port), "--dimensions", str(dimensions)]
+        command = ["-m", "benchmarks.http_floor", "--port", str(port), "--dimensions", str(dimensions)]
         self.proc = subprocess.Popen([sys.executable, *command], cwd=REPO)
         self.port, self.url = port, f"http://127.0.0.1:{port}"
 

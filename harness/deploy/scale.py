@@ -1,9 +1,9 @@
 """The compose `scale` profile for real: `api` + 2 replicas behind nginx, one replica stopped mid-load.
-Called by tests/deploy/run.sh once the server and load-balancer images are built. Standard library only.
+Called by harness/deploy/run.sh once the server and load-balancer images are built. Standard library only.
 
-    python tests/deploy/scale.py [--sandbox ../shared/tools/docker-sandbox] [--project tsdeploy]
+    python harness/deploy/scale.py [--sandbox ../shared/tools/docker-sandbox] [--project tsdeploy]
 
-1. Renders docker-compose.yml + tests/deploy/docker-compose.ci.yml with `--profile scale` and, since the
+1. Renders docker-compose.yml + harness/deploy/docker-compose.ci.yml with `--profile scale` and, since the
    CI engine has host networking only, gives each replica its own port: `api` 8000, `replica` 8001 and a
    second copy of `replica`, `replica-2`, 8002 (Compose would start both copies on one port). nginx gets
    deploy/nginx.conf with its `replica` upstream line turned into those two ports; nothing else changes.
@@ -54,7 +54,7 @@ WORKDIR = Path("/tmp/tsdeploy-scale")
 def scale_compose(nginx_conf: Path) -> dict[str, Any]:
     """The real `scale` profile (+ the CI override), one port per replica."""
     config = subprocess.run(
-        ["docker-compose", "-f", "docker-compose.yml", "-f", "tests/deploy/docker-compose.ci.yml",
+        ["docker-compose", "-f", "docker-compose.yml", "-f", "harness/deploy/docker-compose.ci.yml",
          "--profile", "scale", "config"],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout

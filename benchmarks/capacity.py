@@ -1,11 +1,11 @@
 """Capacity model for scaling out: what one replica serves at a p99 latency target, and how many replicas
 (and which autoscaler targets) a given load needs.
 
-    python -m scripts.capacity bench_results/replica-fp32/bench.json bench_results/replica-int8/bench.json \\
+    python -m benchmarks.capacity bench_results/replica-fp32/bench.json bench_results/replica-int8/bench.json \\
         [--p99-ms classify=100,translate=1000,generate=1000,completions=1000] [--headroom 0.7] \\
         [--load classify=300,translate=20,generate=20,completions=20] [--out bench_results/capacity.json]
 
-Inputs are `scripts/bench.py` results of one replica (run with the replica's CPU count as --threads).
+Inputs are `benchmarks/serving.py` results of one replica (run with the replica's CPU count as --threads).
 For each endpoint the capacity is the best measured cell whose p99 meets the target (no interpolation,
 no error). For a load mix (requests/s per endpoint), each endpoint uses load / capacity of a replica;
 replicas = ceil(sum / headroom), at least 2 (the PodDisruptionBudget keeps one serving). The autoscaler
@@ -110,7 +110,7 @@ def capacity_table(variants: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bench", type=Path, nargs="+", help="bench.json files of scripts/bench.py (one replica)")
+    parser.add_argument("bench", type=Path, nargs="+", help="bench.json files of benchmarks/serving.py (one replica)")
     parser.add_argument("--p99-ms", type=per_endpoint, default={}, help="p99 targets, e.g. classify=100")
     parser.add_argument("--load", type=per_endpoint, default=DEFAULT_LOAD, help="requests/s, e.g. generate=30")
     parser.add_argument("--headroom", type=float, default=0.7, help="fraction of capacity to run at (0-1]")

@@ -7,10 +7,10 @@
 - `classify`: N concurrent plain /v1/classify requests (one short text, no attention), requests/s of each
   burst: what a setting that changes the allocator (MALLOC_ARENA_MAX) costs the hot path.
 
-    python -m scripts.probe_holds attention --concurrency 96 --bursts 2
-    python -m scripts.probe_holds tokenize --concurrency 8
-    python -m scripts.probe_holds classify --concurrency 96 --bursts 20 --setting MALLOC_ARENA_MAX=2
-    python -m scripts.probe_holds attention --setting SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT=2097152
+    python -m benchmarks.probe_holds attention --concurrency 96 --bursts 2
+    python -m benchmarks.probe_holds tokenize --concurrency 8
+    python -m benchmarks.probe_holds classify --concurrency 96 --bursts 20 --setting MALLOC_ARENA_MAX=2
+    python -m benchmarks.probe_holds attention --setting SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT=2097152
 
 Prints one JSON object of figures. /health is timed from a process of its own (the reliability suite's
 `health_timer`): a client that reads megabytes of attention maps in the same event loop would time itself.
@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from tests.reliability.harness import LocalServer, rss_mb
-from tests.reliability.traffic import TOKENIZE_PROMPT, health_timer
+from harness.reliability.harness import LocalServer, rss_mb
+from harness.reliability.traffic import TOKENIZE_PROMPT, health_timer
 
 REVIEW = "a very long and quite repetitive review of a film "
 

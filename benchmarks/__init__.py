@@ -1,0 +1,1 @@
+"""The benchmark programs: each prints a table and writes JSON under bench_results/ (docs/benchmarks.md)."""
