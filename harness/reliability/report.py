@@ -1,9 +1,11 @@
-"""The README table of the reliability report: one row per section, its main figures and the result."""
+"""The table of the reliability report in docs/testing.md (DOC): one row per section, its main figures and
+the result, between README_BEGIN and README_END."""
 
 from __future__ import annotations
 
 from typing import Any
 
+DOC = "docs/testing.md"
 README_BEGIN = "<!-- reliability:begin (python -m harness.reliability --readme) -->"
 README_END = "<!-- reliability:end -->"
 
@@ -17,7 +19,7 @@ CHECKS = {
         "a 4xx in our shape, healthy after each"
     ),
     "load": ("mixed requests at concurrency 64, each answer equal to the same request sent alone (seeded "
-             "sampling: or differing first at a neighbouring token id, README \"Generate\")"),
+             "sampling: or differing first at a neighbouring token id, docs/api.md \"Generate\")"),
     "attention": (
         "return_attention: over the limit refused at once; the largest allowed answer bounded, "
         "/health responsive, memory returned; 96 at once: a few admitted by the server-wide budget, 429 + "

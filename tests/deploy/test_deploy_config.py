@@ -1,5 +1,6 @@
 """Static checks of the deployment files, no Docker needed: they keep Dockerfile, docker-compose*.yml,
-.env.example and README.md in step with service/settings.py. harness/deploy/run.sh tests the real container."""
+.env.example and the settings table of docs/operations.md in step with service/settings.py, and the
+README's and docs/ pages' links pointing at files that exist. harness/deploy/run.sh tests the real container."""
 
 from __future__ import annotations
 
@@ -46,13 +47,13 @@ def compose_seconds(value: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value))
 
 
-def test_every_setting_is_documented_in_env_example_and_readme() -> None:
+def test_every_setting_is_documented_in_env_example_and_docs() -> None:
     example = env_example()
-    readme = (ROOT / "README.md").read_text()
+    settings_table = (ROOT / "docs" / "operations.md").read_text().split("## Settings", 1)[1]
     for field in Settings.model_fields:
         name = env_name(field)
         assert name in example, f"{name} missing from .env.example"
-        assert f"`{name}`" in readme, f"{name} missing from the settings table in README.md"
+        assert f"| `{name}` |" in settings_table, f"{name} missing from the settings table in docs/operations.md"
 
 
 @pytest.mark.parametrize("field", sorted(set(Settings.model_fields) - IMAGE_FIXED))
@@ -116,3 +117,22 @@ def test_dockerignore_keeps_data_and_checkpoints_out() -> None:
     allowed = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
     assert allowed.isdisjoint({"data", "runs", ".venv", ".git", "model", "tests"})
     assert {"**/__pycache__", "**/*.pt"} <= set(rules)
+
+
+def test_readme_and_docs_links_resolve() -> None:
+    """Every relative link of README.md, CHANGELOG.md and docs/*.md names a file or folder of the checkout."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.split("#", 1)[0]
+            if not path or re.match(r"[a-z]+:", path) or path.startswith("../../shared/"):
+                continue
+            if not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+
+
+def test_readme_is_a_front_door() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
