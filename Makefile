@@ -34,7 +34,7 @@ run: $(VENV)/.installed-base
 	$(PY) -m service
 
 # One more stable (warmup-stable-decay) segment per model, then a cooldown branch that is evaluated and
-# exported only if it beats the committed card on validation (README "Models and training").
+# exported only if it beats the committed card on validation (docs/models-and-training.md).
 TRANSLATOR_MINUTES ?= 120
 GENERATOR_MINUTES ?= 120
 COOLDOWN_MINUTES ?= 15
