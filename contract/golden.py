@@ -152,8 +152,17 @@ def encode_sample(tokenizer: Tokenizer, text: str | Sequence[str]) -> dict[str, 
     return sample
 
 
+def load_served_tokenizer(path: Path) -> Tokenizer:
+    """A tokenizer file loaded as the server runs it: the server enforces its own length limits with a clear
+    4xx, so the tokenizer's own truncation and padding are off (a silent truncation would hide them)."""
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
 def record_tokenizer(tokenizer: Tokenizer, task: str, special_tokens: Mapping[str, int]) -> dict[str, Any]:
-    """golden.json's tokenizer section for a tokenizer loaded as the server loads it (Artifact.load_tokenizer)."""
+    """golden.json's tokenizer section for a tokenizer loaded as the server loads it (load_served_tokenizer)."""
     texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if task == CLASSIFICATION.name else ())]
     return {
         "samples": [encode_sample(tokenizer, text) for text in texts],

@@ -38,13 +38,9 @@ def load_trained(kind: str, run_dir: Path, weights: str = "best") -> nn.Module:
 
 
 def export_checkpoint(kind: str, run_dir: Path, out_dir: Path, int8: bool = True, weights: str = "best") -> None:
-    """runs/<kind>/ (config.json, <weights>.safetensors, tokenizer.json, card.*) -> artifacts/<kind>/; the
-    card gets the exported model's own answers outside its training domains (model/card_examples.py)."""
-    from model.card_examples import refresh_card
-
+    """runs/<kind>/ (config.json, <weights>.safetensors, tokenizer.json, card.*) -> artifacts/<kind>/."""
     model = load_trained(kind, run_dir, weights)
     export_model(kind, model, run_dir / "tokenizer.json", out_dir, card_dir=run_dir, int8=int8)
-    refresh_card(out_dir)
 
 
 def artifact_config(artifact_dir: Path) -> TransformerConfig:
@@ -148,10 +144,7 @@ def reexport_artifact(kind: str, artifact_dir: Path, out_dir: Path | None = None
     """Export ``artifacts/<kind>/`` again with this exporter, from the weights its own graphs hold
     (``weights_from_artifact``): new graph features without a training run. The card, learning curve and
     tokenizer are carried over, an int8 variant is written where the artifact had one; ``out_dir``
-    defaults to the artifact folder itself (replaced once the new export is complete). The card's
-    out-of-domain examples are asked again of the new graphs (model/card_examples.py)."""
-    from model.card_examples import refresh_card
-
+    defaults to the artifact folder itself (replaced once the new export is complete)."""
     config = json.loads((artifact_dir / "config.json").read_text())
     model, _ = weights_from_artifact(kind, artifact_dir)
     int8 = any(graph.get("int8_file") for graph in config["graphs"].values())
@@ -163,5 +156,4 @@ def reexport_artifact(kind: str, artifact_dir: Path, out_dir: Path | None = None
         target.mkdir(parents=True, exist_ok=True)
         for path in staging.iterdir():
             shutil.copyfile(path, target / path.name)
-    refresh_card(target)
     return exported

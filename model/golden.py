@@ -13,33 +13,44 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from contract.names import ATTENTIONS
-from service.runtime.artifact import TensorSpec, load_artifact
 from contract.golden import (
     CONFIG,
     FILES,
     GOLDEN_FILE,
     TOKENIZER,
+    load_served_tokenizer,
     record_config,
     record_files,
     record_tokenizer,
     summarize,
 )
 from contract.golden import golden_inputs as _golden_inputs
+from contract.names import ATTENTIONS
 from contract.weights_package import WEIGHTS_PACKAGE, parse_weights_package
 
 __all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "open_session", "record_golden", "run_graph", "summarize"]
 
 
+@dataclass(frozen=True)
+class _Input:
+    """One input of a graph as config.json states it (contract.golden.InputSpec)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+    default: int | None = None
+
+
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
     """The fixed inputs of one graph of config.json (contract.golden.golden_inputs)."""
-    specs = [TensorSpec(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
+    specs = [_Input(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
     return _golden_inputs(config["vocab_size"], specs)
 
 
@@ -70,11 +81,11 @@ def package_weights(config: dict[str, Any], folder: Path) -> dict[str, np.ndarra
 
 def records(folder: Path) -> dict[str, Any]:
     """The tokenizer, config and files sections (the tokenizer as the server loads it)."""
-    artifact = load_artifact(folder)
     config = json.loads((folder / "config.json").read_text())
-    tokenizer = artifact.load_tokenizer()
+    tokenizer = load_served_tokenizer(folder / str(config.get("tokenizer", "tokenizer.json")))
+    special_tokens = {role: token_id for role, token_id in config["special_tokens"].items() if isinstance(token_id, int)}
     return {
-        TOKENIZER: record_tokenizer(tokenizer, artifact.task, artifact.special_tokens),
+        TOKENIZER: record_tokenizer(tokenizer, config["task"], special_tokens),
         CONFIG: record_config(config),
         FILES: record_files(folder, config["graphs"]),
     }

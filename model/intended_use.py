@@ -3,7 +3,7 @@ and the everyday inputs outside those domains that its card shows real answers t
 
 One record per served model name (the artifact folder). model/card.py's ``write_card`` (our recipes)
 and scripts/finetune_pretrained.py (the imported classifier) write the record into card.json
-(``intended_use``, ``domains``, ``out_of_scope``); model/card_examples.py runs the probes through the
+(``intended_use``, ``domains``, ``out_of_scope``); scripts/card_examples.py runs the probes through the
 server's own routes and writes their answers as ``out_of_domain_examples`` (the export calls it, and
 ``python -m scripts.card_examples`` does it for the committed artifacts). The server's /v1/models
 ``summary`` is made from ``intended_use`` and ``domains`` (contract/cards.py).

@@ -1,20 +1,106 @@
-"""Write each model card's intended use and its served model's answers to inputs outside its training
-domains (model/intended_use.py's probes, asked through the server's own routes: model/card_examples.py).
+"""A card's ``out_of_domain_examples``: what the served model really answers to everyday inputs outside
+its training domains (the probes of model/intended_use.py), asked through the server's own routes.
+
+The app runs in-process (its real lifespan, start-up checks, routes and engine; httpx on the ASGI app,
+no socket: scripts/served_app.py), and every request names only the model and the
+input, so the answers are those of the server's defaults; the generator's requests add ``seed: 0``, so
+its sampled answers can be asked again. The export calls ``refresh_card`` (scripts/export.py,
+scripts/recipes.py, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
+``python -m scripts.card_examples`` does it for the committed artifacts.
 
     python -m scripts.card_examples                          # every model in artifacts/
     python -m scripts.card_examples translator --threads 2
 
 Rewrites card.json and card.md of each artifact folder (nothing else: no graph, no golden.json) and
-prints the answers. The export runs the same code on what it writes.
+prints the answers.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
-from model.card_examples import refresh_card
+from model.intended_use import Probe, record_for, with_intended_use
+
+COMMAND = "python -m scripts.card_examples"
+HOW = {
+    "translation": "POST /v1/translate with only the model and the text: the server's default request "
+                   "(beam search, no sampling)",
+    "generation": "POST /v1/generate with only the model, the prompt and seed 0: the server's default "
+                  "sampling and length; the answer is the text generated after the prompt",
+    "classification": "POST /v1/classify with only the model and the text; the answer is the label and "
+                      "its probability",
+}
+
+
+def how(task: str) -> str:
+    return f"Real answers of the served model, asked by `{COMMAND}` through the server's own route: {HOW[task]}."
+
+
+async def _ask(client: Any, task: str, name: str, text: str) -> str:
+    if task == "translation":
+        r = await client.post("/v1/translate", json={"model": name, "text": text})
+        r.raise_for_status()
+        return str(r.json()["translations"][0]["text"])
+    if task == "generation":
+        r = await client.post("/v1/generate", json={"model": name, "prompt": text, "seed": 0})
+        r.raise_for_status()
+        return str(r.json()["text"])
+    r = await client.post("/v1/classify", json={"model": name, "text": text})
+    r.raise_for_status()
+    result = r.json()["results"][0]
+    return f"{result['label']} ({result['score']:.2f})"
+
+
+async def ask_served(folder: Path, probes: tuple[Probe, ...], threads: int = 2) -> list[dict[str, str]]:
+    """Each probe asked alone of the model in ``folder`` (served under the folder's name)."""
+    from scripts.served_app import served_client
+
+    task = json.loads((folder / "config.json").read_text())["task"]
+    async with served_client("http://card-examples", 600, artifacts_dir=folder.parent, models=[folder.name],
+                             intra_op_threads=threads, inter_op_threads=1, warmup=False) as client:
+        return [{"input": p.input, "output": await _ask(client, task, folder.name, p.input), "note": p.note}
+                for p in probes]
+
+
+def write_any_card(folder: Path, card: dict[str, Any]) -> None:
+    """card.json and card.md with the writer that made them: an imported checkpoint's card (it has a
+    ``source``) with model/hf_artifact.py's, ours with model/card.py's."""
+    if "source" in card:
+        from model.hf_artifact import write_card
+    else:
+        from model.card import write_card
+    write_card(folder, card)
+
+
+def with_examples(card: dict[str, Any], task: str, examples: list[dict[str, str]]) -> dict[str, Any]:
+    """``card`` with its examples (and how they were asked) right after ``out_of_scope``."""
+    fields = {"out_of_domain_examples_how": how(task), "out_of_domain_examples": examples}
+    out: dict[str, Any] = {}
+    for key, value in card.items():
+        if key not in fields:
+            out[key] = value
+        if key == "out_of_scope":
+            out |= fields
+    return out if "out_of_domain_examples" in out else out | fields
+
+
+def refresh_card(folder: Path, threads: int = 2) -> dict[str, Any] | None:
+    """Ask the served model of ``folder`` its probes and rewrite its card.json and card.md with the
+    intended use and the answers. None (nothing written) for a card without a record (an untrained
+    test export, an imported checkpoint of another name)."""
+    card = json.loads((folder / "card.json").read_text())
+    record = record_for(card)
+    if record is None:
+        return None
+    task = json.loads((folder / "config.json").read_text())["task"]
+    examples = asyncio.run(ask_served(folder, record.probes, threads))
+    card = with_examples(with_intended_use(card), task, examples)
+    write_any_card(folder, card)
+    return card
 
 
 def main() -> None:

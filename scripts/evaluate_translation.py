@@ -101,7 +101,7 @@ def score(hypotheses: list[str], rows: list[dict[str, str]], tokenizer: Tokenize
 async def evaluate(artifacts_dir: Path, data_dir: Path, limit: int | None = None, threads: int = 2,
                    sets: tuple[str, ...] = tuple(TEST_SETS)) -> dict[str, Any]:
     """{set: {decoding: metrics}} plus the server's default request, measured through /v1/translate."""
-    from model.served_app import served_client
+    from scripts.served_app import served_client
 
     tokenizer = Tokenizer.from_file(str(artifacts_dir / "translator" / "tokenizer.json"))
     results: dict[str, Any] = {}

@@ -19,10 +19,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from model.checkpoint import export_checkpoint, reexport_artifact
 from contract.kinds import KINDS
+from model.checkpoint import export_checkpoint, reexport_artifact
+from model.tiny import TINY_ENCODERS
+from scripts.card_examples import refresh_card
 
-TINY_ONLY = ("embedder", "reranker")  # tiny encoder artifacts (tests/tiny_models.py TINY_ENCODERS), --tiny only
+TINY_ONLY = tuple(TINY_ENCODERS)  # tiny encoder artifacts, --tiny only
 
 
 def main() -> None:
@@ -45,7 +47,7 @@ def main() -> None:
         parser.error(f"unknown model(s): {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.tiny:
-        from tests.tiny_models import export_tiny_artifacts  # test fixtures, run from the repository root
+        from model.tiny import export_tiny_artifacts
 
         export_tiny_artifacts(args.out, tuple(args.models or KINDS))
         return
@@ -54,12 +56,14 @@ def main() -> None:
     if args.from_artifact:
         for kind in args.models or KINDS:
             reexport_artifact(kind, args.out / kind)
+            refresh_card(args.out / kind)  # the card's out-of-domain answers, asked again of the new graphs
         return
     for kind in args.models or KINDS:
         run = args.run or args.runs / kind
         if args.if_better and not improves(run / "card.json", args.out / kind / "card.json"):
             continue
         export_checkpoint(kind, run, args.out / kind, int8=not args.no_int8)
+        refresh_card(args.out / kind)  # the exported model's own answers outside its training domains
 
 
 def validation_loss(card: dict[str, Any]) -> float:

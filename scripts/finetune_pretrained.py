@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from model.card_examples import refresh_card
+from scripts.card_examples import refresh_card
 from model.data import read_jsonl
 from model.data.classification import LABELS
 from model.hf_artifact import checkpoint_license, export_imported, import_card, torch_parity, write_card
@@ -37,7 +37,7 @@ from model.pretrained_classifier import (
     finetune,
     tfidf_cross_domain,
 )
-from model.recipes import hardware
+from scripts.recipes import hardware
 
 
 def recipe_note(recipe: dict) -> str:

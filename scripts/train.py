@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from model import recipes
+from scripts import recipes
 from contract.kinds import KINDS
 
 

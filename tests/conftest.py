@@ -22,9 +22,9 @@ MODELS = tuple(KINDS)
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/, contract/ (golden records included), tests/tiny_models.py."""
+    """Of everything a tiny export depends on: model/ (model/tiny.py included) and contract/ (golden records too)."""
     digest = hashlib.sha256()
-    sources = [*(REPO / "model").rglob("*.py"), *(REPO / "contract").rglob("*.py"), REPO / "tests" / "tiny_models.py"]
+    sources = [*(REPO / "model").rglob("*.py"), *(REPO / "contract").rglob("*.py")]
     for path in sorted(sources):
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
@@ -37,7 +37,7 @@ def _complete(folder: Path) -> bool:
 
 @pytest.fixture(scope="session")
 def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny randomly initialized artifacts (tests/tiny_models.py), exported once per source version.
+    """Tiny randomly initialized artifacts (model/tiny.py), exported once per source version.
 
     Exporting needs the training extra (torch); .ci/run installs it.
     """
@@ -47,7 +47,7 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
     folder = root / _model_source_hash()
     if not _complete(folder):
-        from tiny_models import export_tiny_artifacts
+        from model.tiny import export_tiny_artifacts
 
         staging = tmp_path_factory.mktemp("tiny-export")
         with warnings.catch_warnings():  # the exporter's warnings are not about the tests
@@ -61,17 +61,17 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="session")
 def tiny_encoder_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny encoder artifacts beside the kinds (tests/tiny_models.py TINY_ENCODERS): ``<folder>/embedder``
+    """The tiny encoder artifacts beside the kinds (model/tiny.py TINY_ENCODERS): ``<folder>/embedder``
     (embedding task, mean pooling, normalize true) and ``<folder>/reranker`` (classification, one label
     "score"); exported once per source version, in a folder of their own so that ``tiny_artifacts`` serves
     what it always did."""
-    from tiny_models import TINY_ENCODERS
+    from model.tiny import TINY_ENCODERS
 
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("tiny-encoders")) if cache is not None else tmp_path_factory.mktemp("tiny-encoders")
     folder = root / _model_source_hash()
     if not all((folder / name / "golden.json").is_file() for name in TINY_ENCODERS):
-        from tiny_models import export_tiny_artifacts
+        from model.tiny import export_tiny_artifacts
 
         staging = tmp_path_factory.mktemp("tiny-encoder-export")
         with warnings.catch_warnings():

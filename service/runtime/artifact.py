@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
-from contract.golden import GOLDEN_FILE, read_golden
+from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
 from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 
 FORMAT_VERSION = 1
@@ -127,14 +127,10 @@ class Artifact:
 
     def load_tokenizer(self) -> Tokenizer:
         try:
-            tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+            return load_served_tokenizer(self.tokenizer_file)
         except Exception as exc:  # the Rust error says what is wrong, not where: add the file
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise ArtifactError(f"{self.tokenizer_file}: cannot load the tokenizer ({detail})") from None
-        # The server enforces its own limits with a clear 4xx; a silent truncation would hide them.
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        return tokenizer
 
 
 def _require(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:

@@ -13,7 +13,7 @@ import onnxruntime as ort  # noqa: E402
 
 from model.export import round_weights_to_fp16  # noqa: E402
 from model.layers import positions_from_mask  # noqa: E402
-from tiny_models import build_tiny_model  # noqa: E402
+from model.tiny import build_tiny_model  # noqa: E402
 
 ATOL = 1e-4
 DECODE_STEPS = 20

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from model.card import write_card
-from model.card_examples import refresh_card
+from scripts.card_examples import refresh_card
 from model.hf_artifact import write_card as write_import_card
 from model.intended_use import RECORDS
 from contract.cards import use_summary

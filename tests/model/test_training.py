@@ -16,7 +16,7 @@ from model.checkpoint import weights_from_artifact  # noqa: E402
 from model.export import export_model, round_weights_to_fp16  # noqa: E402
 from model.training import TrainSettings, TrainState, learning_rate, train  # noqa: E402
 from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
-from tiny_models import build_tiny_model  # noqa: E402
+from model.tiny import build_tiny_model  # noqa: E402
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:
@@ -111,7 +111,7 @@ def test_each_segment_draws_its_own_batch_order(tmp_path: Path) -> None:
 
 def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=110, eval_every=5)  # steps in total
-    # A card's history keeps no train loss (model/recipes.py training_record): the loss plot must cope.
+    # A card's history keeps no train loss (scripts/recipes.py training_record): the loss plot must cope.
     card_history = [{"step": 100, "minutes": 10.0, "val_loss": 1.0, "segment": 0}]
     carried = TrainState(step=100, elapsed_s=600.0, items_seen=6400, history=card_history,
                          segments=[{"origin": "earlier", "steps": 100}])
@@ -175,7 +175,7 @@ def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
 
 def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: Path) -> None:
     from model.packed_run import pack_run
-    from model.recipes import RecipeArgs, resume_committed_pretraining
+    from scripts.recipes import RecipeArgs, resume_committed_pretraining
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     state = train(Linear(), CountingTask(), tmp_path / "earlier", settings)
@@ -200,7 +200,7 @@ def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) 
     from tokenizers import Tokenizer, models
 
     from model.packed_run import pack_run
-    from model.recipes import RecipeArgs, starting_point
+    from scripts.recipes import RecipeArgs, starting_point
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     train(Linear(), CountingTask(), tmp_path / "earlier", settings)

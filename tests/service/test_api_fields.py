@@ -172,8 +172,8 @@ async def test_a_missing_model_is_one_code_on_every_route(served) -> None:
     r = await served.client.post("/v1/completions", json={**GENERATOR, "model": "nope"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert r.json()["error"]["param"] == "model"
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert "`model_not_loaded`" in readme
+    api_doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert "`model_not_loaded`" in api_doc
 
 
 async def test_echo_scores_a_prompt_that_fills_the_context(served) -> None:

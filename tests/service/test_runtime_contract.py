@@ -135,7 +135,7 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
     import functools
 
     from model import export
-    from tiny_models import build_tiny_model
+    from model.tiny import build_tiny_model
 
     folders = {}
     for keep in (True, False):

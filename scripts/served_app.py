@@ -1,6 +1,6 @@
 """The server's app in-process, for measuring what users get: its real lifespan (start-up checks, warm
 engine), routes and engine behind an httpx client on the ASGI app (no socket). Shared by the card
-examples (model/card_examples.py) and the translator's evaluation (scripts/evaluate_translation.py)."""
+examples (scripts/card_examples.py) and the translator's evaluation (scripts/evaluate_translation.py)."""
 
 from __future__ import annotations
 

@@ -238,8 +238,8 @@ def export_and_measure_translation(run_dir: Path, card: dict[str, Any], args: Re
 def finish_card(run_dir: Path, card: dict[str, Any], examples: bool = True) -> None:
     """card.json, card.md and the learning curve in the run folder, and in its export when there is one;
     with ``examples``, the export's served answers outside the training domains go into both cards
-    (model/card_examples.py)."""
-    from model.card_examples import refresh_card
+    (scripts/card_examples.py)."""
+    from scripts.card_examples import refresh_card
 
     write_card(run_dir, card)
     plot_learning_curve(card, run_dir / "learning_curve.png")
