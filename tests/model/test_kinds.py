@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from scripts import recipes, tokenization  # noqa: E402
+from model import tokenization  # noqa: E402
+from scripts import recipes  # noqa: E402
 from model.config import CONFIG_CLASSES  # noqa: E402
 from model.export import MODEL_CLASSES, SPECS  # noqa: E402
 from model.hf_import import detect_family  # noqa: E402
