@@ -24,7 +24,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 ENDPOINTS = ("classify", "translate", "generate", "completions")
 DEFAULT_P99_MS = {"classify": 100.0, "translate": 1000.0, "generate": 1000.0, "completions": 1000.0}
-# A reference mix (requests/s) for the README's example and the manifests' autoscaler targets.
+# A reference mix (requests/s) for docs/deployment.md's example and the manifests' autoscaler targets.
 DEFAULT_LOAD = {"classify": 300.0, "translate": 20.0, "generate": 20.0, "completions": 20.0}
 MIN_REPLICAS = 2
 

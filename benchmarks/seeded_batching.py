@@ -1,4 +1,4 @@
-"""How often a seeded completion differs batched from alone, on the committed generator (README, "Generate").
+"""How often a seeded completion differs batched from alone, on the committed generator (docs/api.md, "Generate").
 
 Every prompt of tests/clients/lm_eval_tasks/sotu_choice.jsonl, `--rounds` times with other seeds, is
 sent as one n=2 completion, all at once (so rows of different lengths share batches), and each choice

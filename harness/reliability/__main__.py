@@ -2,7 +2,7 @@
 
     python -m harness.reliability                      # every section against servers started here,
                                                      # JSON to bench_results/reliability.json
-    python -m harness.reliability --readme             # also rewrite the table in README.md
+    python -m harness.reliability --doc                # also rewrite the table in docs/testing.md
     python -m harness.reliability --url http://127.0.0.1:8000 --container CID \\
         --sections load,sigterm --setting SERVE_DRAIN_TIMEOUT_S=5   # a running container (deploy test)
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.reliability import sections
 from harness.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
-from harness.reliability.report import README_BEGIN, README_END, table
+from harness.reliability.report import DOC, DOC_BEGIN, DOC_END, table
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "disconnects", "soak")
@@ -110,14 +110,14 @@ def write_report(outcomes: list[sections.Outcome], path: Path, mode: str, settin
     return report
 
 
-def update_readme(report: dict[str, Any]) -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    block = f"{README_BEGIN}\n{table(report)}\n{README_END}"
-    pattern = re.compile(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), re.DOTALL)
+def update_doc(report: dict[str, Any]) -> None:
+    doc = REPO / DOC
+    text = doc.read_text()
+    block = f"{DOC_BEGIN}\n{table(report)}\n{DOC_END}"
+    pattern = re.compile(re.escape(DOC_BEGIN) + ".*?" + re.escape(DOC_END), re.DOTALL)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {README_BEGIN} ... {README_END} block")
-    readme.write_text(pattern.sub(lambda _: block, text))
+        raise SystemExit(f"{DOC} has no {DOC_BEGIN} ... {DOC_END} block")
+    doc.write_text(pattern.sub(lambda _: block, text))
 
 
 def main() -> None:
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--container", help="the container behind --url (docker kill / docker wait)")
     parser.add_argument("--setting", action="append", default=[], help="NAME=VALUE the running server uses")
     parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "reliability.json")
-    parser.add_argument("--readme", action="store_true", help="rewrite the table in README.md")
+    parser.add_argument("--doc", action="store_true", help=f"rewrite the table in {DOC}")
     parser.add_argument("--soak-s", type=float, default=float(os.environ.get("RELIABILITY_SOAK_S", "30")))
     parser.add_argument("--examples", type=int, default=10, help="schemathesis examples per operation")
     args = parser.parse_args()
@@ -150,8 +150,8 @@ def main() -> None:
     for outcome in outcomes:
         for failure in outcome.failures:
             print(f"FAILED {outcome.name}: {failure}", file=sys.stderr)
-    if args.readme:
-        update_readme(report)
+    if args.doc:
+        update_doc(report)
     raise SystemExit(0 if report["passed"] else 1)
 
 

@@ -1,13 +1,13 @@
 """The table of the reliability report in docs/testing.md (DOC): one row per section, its main figures and
-the result, between README_BEGIN and README_END."""
+the result, between DOC_BEGIN and DOC_END."""
 
 from __future__ import annotations
 
 from typing import Any
 
 DOC = "docs/testing.md"
-README_BEGIN = "<!-- reliability:begin (python -m harness.reliability --readme) -->"
-README_END = "<!-- reliability:end -->"
+DOC_BEGIN = "<!-- reliability:begin (python -m harness.reliability --doc) -->"
+DOC_END = "<!-- reliability:end -->"
 
 CHECKS = {
     "schemathesis": (

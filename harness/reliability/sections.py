@@ -3,7 +3,7 @@ with bounded loops, and returns an Outcome: its figures, and what failed (an emp
 
 The sections that need to start servers of their own (mismatched artifacts, injected faults) take no
 target. tests/reliability/test_reliability.py runs them all in CI; `python -m harness.reliability`
-runs them and writes the JSON report and the README table; harness/deploy/run.sh runs `load` and
+runs them and writes the JSON report and the table in docs/testing.md; harness/deploy/run.sh runs `load` and
 `sigterm` against the container."""
 
 from harness.reliability.contract import bad_input, schemathesis

@@ -42,7 +42,7 @@ REVIEWS = ("A wonderful, moving film.", "A dull, boring mess.", "The plot is thi
 
 
 # A seeded draw may differ batched vs alone where the logits' batch-shape rounding (~1e-5) moves its
-# random number across a boundary onto a neighbouring id (README "Generate"): measured 5 in 512 64-token
+# random number across a boundary onto a neighbouring id (docs/api.md, "Generate"): measured 5 in 512 64-token
 # completions (benchmarks/seeded_batching.py). Seeded answers may differ at most this often, and only there.
 SEEDED_FLIP_RATE = 0.05
 NEIGHBOUR_IDS = 8
@@ -50,7 +50,7 @@ NEIGHBOUR_IDS = 8
 
 def deterministic_requests(ids: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
     """Requests whose answer must not depend on what else is in the batch (greedy, beams, classification),
-    and seeded sampling, which may differ only as README "Generate" states (`seeded_flip`)."""
+    and seeded sampling, which may differ only as docs/api.md "Generate" states (`seeded_flip`)."""
     reqs: list[tuple[str, dict[str, Any]]] = []
     if "generation" in ids:
         for i, p in enumerate(PROMPTS):

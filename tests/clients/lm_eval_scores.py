@@ -1,13 +1,13 @@
 """lm-evaluation-harness on the served generator: the run that tests/clients/test_lm_eval.py checks and
-the README's lm-eval figures come from this one module, so the README never holds figures by hand:
+docs/clients.md's lm-eval figures come from this one module, so the page never holds figures by hand:
 
-    python -m tests.clients.lm_eval_scores --readme   # a local server on artifacts/: writes
-                                                      # bench_results/lm_eval.json and the README block
+    python -m tests.clients.lm_eval_scores --doc      # a local server on artifacts/: writes
+                                                      # bench_results/lm_eval.json and the docs block
 
 Three tasks from the JSONL files in lm_eval_tasks/: perplexity (loglikelihood_rolling), multiple choice
 (loglikelihood) and continuation (generate_until). The last one runs alone, with the server's prompt-token
 counter read before and after: lm-eval sends a generate_until prompt cut to max_length - 1 - max_gen_toks
-tokens, so MODEL_ARGS (the README's command) must leave the prompts room."""
+tokens, so MODEL_ARGS (docs/clients.md's command) must leave the prompts room."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ GENERATION_TASK = "sotu_continue"
 # would then slice each prompt to [1:] (max_length - 1 - 256 = -1), silently dropping the first token.
 MAX_GEN_TOKS = 32
 MODEL_ARGS = "base_url={url}/v1/completions,model=generator,max_length={max_length},max_gen_toks={max_gen_toks}"
-README_BEGIN = "<!-- lm-eval:begin (python -m tests.clients.lm_eval_scores --readme) -->"
-README_END = "<!-- lm-eval:end -->"
+DOC = REPO / "docs" / "clients.md"
+DOC_BEGIN = "<!-- lm-eval:begin (python -m tests.clients.lm_eval_scores --doc) -->"
+DOC_END = "<!-- lm-eval:end -->"
 PROMPT_TOKENS = re.compile(r'^serve_prompt_tokens_total\{model="generator"\} (\S+)$', re.MULTILINE)
 
 
@@ -104,7 +105,7 @@ def contexts() -> list[str]:
 
 
 def figures(evaluation: Evaluation) -> dict[str, Any]:
-    """The README's figures, from lm-eval's own results; token counts from the generator's tokenizer."""
+    """docs/clients.md's figures, from lm-eval's own results; token counts from the generator's tokenizer."""
     tokenizer = Tokenizer.from_file(str(GENERATOR / "tokenizer.json"))
     docs = [json.loads(line)["text"] for line in (TASKS / "sotu_test.jsonl").read_text().splitlines()]
     tokens = sum(len(tokenizer.encode(d, add_special_tokens=False).ids) for d in docs)
@@ -130,7 +131,7 @@ def figures(evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
-def readme_block(f: dict[str, Any]) -> str:
+def doc_block(f: dict[str, Any]) -> str:
     text = (
         f"On the {f['perplexity_docs']} held-out State of the Union passages of `sotu_perplexity` "
         f"({f['perplexity_tokens']:,} tokens): word perplexity {f['word_perplexity']:.2f}, byte perplexity "
@@ -142,11 +143,11 @@ def readme_block(f: dict[str, Any]) -> str:
         f"max_gen_toks={f['max_gen_toks']}): the server received {f['continue_prompt_tokens_received']} prompt "
         f"tokens of the {f['continue_prompt_tokens']} the contexts have."
     )
-    return f"{README_BEGIN}\n{textwrap.fill(text, 105, break_long_words=False, break_on_hyphens=False)}\n{README_END}"
+    return f"{DOC_BEGIN}\n{textwrap.fill(text, 105, break_long_words=False, break_on_hyphens=False)}\n{DOC_END}"
 
 
-def readme_figures_block(readme: str) -> str | None:
-    found = re.search(re.escape(README_BEGIN) + ".*?" + re.escape(README_END), readme, re.DOTALL)
+def doc_figures_block(readme: str) -> str | None:
+    found = re.search(re.escape(DOC_BEGIN) + ".*?" + re.escape(DOC_END), readme, re.DOTALL)
     return found.group() if found else None
 
 
@@ -156,7 +157,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "lm_eval.json")
-    parser.add_argument("--readme", action="store_true", help="rewrite the figures in README.md")
+    parser.add_argument("--doc", action="store_true", help="rewrite the figures in docs/clients.md")
     args = parser.parse_args()
     max_length = json.loads((GENERATOR / "config.json").read_text())["max_positions"]
     settings = {"SERVE_INTRA_OP_THREADS": "1", "SERVE_INTER_OP_THREADS": "1"}
@@ -167,12 +168,11 @@ def main() -> None:
     report = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "figures": result}
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    if args.readme:
-        readme = REPO / "README.md"
-        text = readme.read_text()
-        if readme_figures_block(text) is None:
-            raise SystemExit(f"README.md has no {README_BEGIN} ... {README_END} block")
-        readme.write_text(text.replace(readme_figures_block(text) or "", readme_block(result)))
+    if args.doc:
+        text = DOC.read_text()
+        if doc_figures_block(text) is None:
+            raise SystemExit(f"{DOC} has no {DOC_BEGIN} ... {DOC_END} block")
+        DOC.write_text(text.replace(doc_figures_block(text) or "", doc_block(result)))
 
 
 if __name__ == "__main__":

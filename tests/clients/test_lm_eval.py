@@ -1,9 +1,9 @@
 """lm-evaluation-harness (`local-completions`, default tokenizer backend, which finds the server's
 /tokenizer_info and /tokenize) on three small local tasks from JSONL files: perplexity
-(loglikelihood_rolling), multiple choice and continuation (generate_until), run as the README says
+(loglikelihood_rolling), multiple choice and continuation (generate_until), run as docs/clients.md says
 (tests/clients/lm_eval_scores.py). Its numbers must match the generator's own, computed the same way
 (same windows, same token boundaries) with ONNX Runtime directly on the exported graph; generate_until
-prompts must reach the server whole; the README's figures must be this run's."""
+prompts must reach the server whole; docs/clients.md's figures must be this run's."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def reference() -> Reference:
 
 @pytest.fixture(scope="module")
 def run(server: Server, tmp_path_factory: pytest.TempPathFactory, reference: Reference) -> Evaluation:
-    """One lm-eval run of the three tasks, with the README's model arguments."""
+    """One lm-eval run of the three tasks, with docs/clients.md's model arguments."""
     return lm_eval_scores.evaluate(server.url, reference.max_positions, tmp_path_factory.mktemp("hf-cache"))
 
 
@@ -134,16 +134,16 @@ def test_multiple_choice_matches_the_generator(run: Evaluation, reference: Refer
 
 def test_generate_until_prompts_arrive_whole(run: Evaluation, reference: Reference) -> None:
     """lm-eval cuts each generate_until prompt to max_length - 1 - max_gen_toks tokens from its end, and with
-    its default max_gen_toks (256, the whole context) to [1:]: the README's arguments must leave room."""
+    its default max_gen_toks (256, the whole context) to [1:]: docs/clients.md's arguments must leave room."""
     sent = sum(len(reference.encode(c)) for c in lm_eval_scores.contexts())
     assert run.prompt_tokens_received == sent
     assert len(run.generation["samples"][lm_eval_scores.GENERATION_TASK]) == len(lm_eval_scores.contexts())
 
 
-def test_the_readme_shows_this_run(run: Evaluation, reference: Reference) -> None:
-    """The README's command is the one tested, and its figures are this generator's (they were written by
-    `python -m tests.clients.lm_eval_scores --readme`, never by hand)."""
-    readme = (lm_eval_scores.REPO / "README.md").read_text()
-    assert lm_eval_scores.model_args("http://localhost:8000", reference.max_positions) in readme
-    expected = lm_eval_scores.readme_block(lm_eval_scores.figures(run))
-    assert lm_eval_scores.readme_figures_block(readme) == expected, "run python -m tests.clients.lm_eval_scores --readme"
+def test_the_docs_show_this_run(run: Evaluation, reference: Reference) -> None:
+    """docs/clients.md's command is the one tested, and its figures are this generator's (they were written by
+    `python -m tests.clients.lm_eval_scores --doc`, never by hand)."""
+    doc = lm_eval_scores.DOC.read_text()
+    assert lm_eval_scores.model_args("http://localhost:8000", reference.max_positions) in doc
+    expected = lm_eval_scores.doc_block(lm_eval_scores.figures(run))
+    assert lm_eval_scores.doc_figures_block(doc) == expected, "run python -m tests.clients.lm_eval_scores --doc"

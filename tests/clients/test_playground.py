@@ -2,7 +2,7 @@
 see streamed tokens arrive, see heat maps with the dimensions of the attention the API returns, and the
 embeddings tab's similarity matrix.
 
-Set PLAYGROUND_SCREENSHOT=path to also save the screenshot the README shows."""
+Set PLAYGROUND_SCREENSHOT=path to also save the screenshot docs/clients.md shows."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_classify_and_screenshot(page: Page, server: Server, tmp_path: Path) -> 
     page.select_option("#classify select[data-role=head]", "1")
     assert heatmap(page, "classify") == (1, len(result["attention"]["tokens"]))
 
-    page.click("button.tab[data-tab=generate]")  # the README shows the streamed generation
+    page.click("button.tab[data-tab=generate]")  # the screenshot shows the streamed generation
     shot = Path(os.environ.get("PLAYGROUND_SCREENSHOT", tmp_path / "playground.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000

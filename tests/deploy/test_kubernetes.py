@@ -342,7 +342,7 @@ def test_overlays_scale_on_queue_depth_with_one_autoscaler(overlay: str) -> None
 
 @pytest.mark.parametrize(("target", "variant"), [("overlays/cpu", "fp32"), ("overlays/int8", "int8")])
 def test_autoscaler_targets_come_from_the_capacity_model(target: str, variant: str) -> None:
-    """README "Scale out": benchmarks/capacity.py turns the measured replica into these two targets."""
+    """docs/deployment.md "Scale out": benchmarks/capacity.py turns the measured replica into these two targets."""
     plan = json.loads(CAPACITY.read_text())["variants"][variant]["plan"]
     triggers = {t["type"]: t["metadata"] for t in one(target, "ScaledObject")["spec"]["triggers"]}
     assert int(triggers["cpu"]["value"]) == plan["hpa_cpu_utilization_percent"]

@@ -89,7 +89,7 @@ async def test_unknown_route_and_method(served) -> None:
 
 
 async def test_model_not_loaded(serving) -> None:
-    """404 everywhere, as the README and the OpenAPI description say: not 503, which clients retry."""
+    """404 everywhere, as docs/api.md and the OpenAPI description say: not 503, which clients retry."""
     async with serving(models="classifier") as s:
         assert_error(await s.client.post("/v1/generate", json={"prompt": "hi"}), 404, "model_not_loaded")
         assert_error(await s.client.post("/v1/translate", json={"text": "hi"}), 404, "model_not_loaded")

@@ -117,7 +117,7 @@ async def test_engine_errors_name_the_field_as_sent(serving) -> None:
 
 async def test_a_budget_beyond_the_context_is_clamped_whatever_the_cap(served) -> None:
     """The server cap (32 here) is below the context (128): a budget beyond the context still means "as
-    much as fits", as the README says; a budget that fits but passes the cap is a 422 naming max_tokens."""
+    much as fits", as docs/api.md says; a budget that fits but passes the cap is a 422 naming max_tokens."""
     room = served.engine.generator.artifact.max_positions - 100
     assert room < served.engine.settings.max_new_tokens
     for path, body in [
@@ -157,7 +157,7 @@ async def test_validation_messages_say_what_is_wrong(served) -> None:
 
 
 async def test_a_missing_model_is_one_code_on_every_route(served) -> None:
-    """model_not_loaded (the README's code) on our routes; OpenAI's model_not_found on its routes."""
+    """model_not_loaded (docs/api.md's code) on our routes; OpenAI's model_not_found on its routes."""
     for method, path, body, field in [
         ("post", "/v1/classify", {"text": "hi", "model": "nope"}, "model"),
         ("post", "/v1/generate", {"prompt": "hi", "model": "nope"}, "model"),

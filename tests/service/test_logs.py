@@ -1,4 +1,4 @@
-"""Log lines in both formats carry the id of the request they were logged for (README: request ids)."""
+"""Log lines in both formats carry the id of the request they were logged for (docs/operations.md, "Requests, logs and metrics")."""
 
 from __future__ import annotations
 
