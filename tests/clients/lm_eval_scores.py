@@ -82,13 +82,14 @@ def prompt_tokens(url: str) -> int:
 
 def evaluate(url: str, max_length: int, cache: Path) -> Evaluation:
     def run(tasks: list[str]) -> dict[str, Any]:
-        return lm_eval.simple_evaluate(  # type: ignore[no-any-return]
+        results: dict[str, Any] = lm_eval.simple_evaluate(
             model="local-completions",
             model_args=model_args(url, max_length),
             tasks=tasks,
             task_manager=TaskManager(include_path=str(TASKS)),
             log_samples=True,
         )
+        return results
 
     with _offline_in_tasks_folder(cache):
         scoring = run(SCORING_TASKS)
@@ -151,8 +152,8 @@ def readme_figures_block(readme: str) -> str | None:
 
 
 def main() -> None:
-    from tests.conftest import REAL_ARTIFACTS
     from harness.reliability.harness import LocalServer
+    from tests.conftest import REAL_ARTIFACTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "lm_eval.json")
