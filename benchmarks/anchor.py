@@ -48,12 +48,37 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.anchor_engines import (EMBEDDER, KINDS, LLAMA, LLAMA_SIZES, PARTS, SOURCE, TEXT, Shapes, build_hf_and_ct2,
-                                    build_llama, dims, export_random, exporter_digest, kv_bytes_per_token,
-                                    shape_options)
-from benchmarks.serving import (REPO, Cell, Client, Connection, Server, _ok, client_cpu_seconds, drive, free_port,
-                           machine_cpu_seconds, process_cpu_seconds)
+from benchmarks.anchor_engines import (
+    EMBEDDER,
+    KINDS,
+    LLAMA,
+    LLAMA_SIZES,
+    PARTS,
+    SOURCE,
+    TEXT,
+    Shapes,
+    build_hf_and_ct2,
+    build_llama,
+    dims,
+    export_random,
+    exporter_digest,
+    kv_bytes_per_token,
+    shape_options,
+)
 from benchmarks.http_floor import FloorServer
+from benchmarks.serving import (
+    REPO,
+    Cell,
+    Client,
+    Connection,
+    Server,
+    _ok,
+    client_cpu_seconds,
+    drive,
+    free_port,
+    machine_cpu_seconds,
+    process_cpu_seconds,
+)
 
 ROWS: dict[str, tuple[str, str, int, int]] = {
     "generator_c16": ("generator, 16 concurrent requests", "tok/s", 16, 48),
@@ -96,6 +121,7 @@ class Ours:
                 _ok(status, data)
                 if b"event: error" in data:
                     raise RuntimeError("error event")
+                assert conn.event_times is not None
                 self.gaps.append(list(np.diff(conn.event_times)))
                 self.lengths.append(events)
                 return events, first
@@ -145,6 +171,7 @@ class Worker:
     """An engine in its own process (benchmarks/anchor_engines.py)."""
 
     def __init__(self, engine: str, part: str, argv: list[str]) -> None:
+        self.engine, self.part = engine, part
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.anchor_engines", engine, part, *argv],
                                      cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -156,12 +183,15 @@ class Worker:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the {self.proc.args[3]} {self.proc.args[4]} worker exited with {self.proc.wait()}")
-        return json.loads(line)
+            raise RuntimeError(f"the {self.engine} {self.part} worker exited with {self.proc.wait()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def measure(self, row: str, concurrency: int, requests: int) -> tuple[float, list[int]]:
         out = self.ask({"row": row, "concurrency": concurrency, "requests": requests})
-        return out["value"], out["lengths"]
+        value: float = out["value"]
+        lengths: list[int] = out["lengths"]
+        return value, lengths
 
     def cpu_seconds(self) -> float:
         return process_cpu_seconds(self.proc.pid)
@@ -181,13 +211,14 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
                "embedder_c32": ours.embed, "embedder_c1": ours.embed,
                "llama_c16": ours.generate(False, LLAMA), "llama_c1": ours.generate(False, LLAMA)}
     def ours_cpu() -> float:
+        processes: list[Server | Worker] = [*servers.values(), *workers.values()]
         return (client_cpu_seconds() + process_cpu_seconds(floor.proc.pid)
-                + sum(x.cpu_seconds() for x in [*servers.values(), *workers.values()]))
+                + sum(x.cpu_seconds() for x in processes))
 
     out: dict[str, Any] = {}
     for key in rows:
         _, _, concurrency, base = ROWS[key]
-        requests = max(concurrency, int(round(base * scale)))
+        requests = max(concurrency, round(base * scale))
         before = (time.perf_counter(), machine_cpu_seconds(), ours_cpu())
         url = servers[SERVER_OF.get(key, "float32")].url
         row: dict[str, Any] = {"lengths": {}}
@@ -214,7 +245,8 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
         row["ceiling_per_ct2"] = row["floor"] / (row["ct2"] + row["floor"])
         row["engine_per_ct2"] = row["engine"] / row["ct2"] if row["engine"] else None
         row["ours_per_hf"] = row["ours"] / row["hf"] if row["hf"] else None
-        wall, machine, mine = (a - b for a, b in zip((time.perf_counter(), machine_cpu_seconds(), ours_cpu()), before))
+        now = (time.perf_counter(), machine_cpu_seconds(), ours_cpu())
+        wall, machine, mine = (a - b for a, b in zip(now, before, strict=True))
         row["other_cores"] = round(max(0.0, machine - mine) / wall, 2)  # CPU that other processes took: noise
         print(f"  {key:<24} ours {row['ours']:>9.1f}  engine {row['engine'] or float('nan'):>9.1f}  "
               f"ct2 {row['ct2'] or float('nan'):>9.1f}  "
@@ -227,7 +259,8 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
 
 def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> dict[str, Any]:
     def med(values: list[float | None], digits: int) -> float | None:
-        return None if values[0] is None else round(statistics.median(values), digits)  # type: ignore[type-var]
+        numbers = [v for v in values if v is not None]  # an engine measured in one round is measured in all
+        return None if values[0] is None else round(statistics.median(numbers), digits)
 
     out: dict[str, Any] = {}
     for key in rows:
@@ -264,8 +297,13 @@ def table(summary: dict[str, Any]) -> str:
             lines.append(f"| {r['workload']} | p50 {r['p50']} ms, p99 {r['p99']} ms | | | | | | | | "
                          f"p99/p50 {r['p99_per_p50']} | |")
             continue
-        fmt = lambda v: "-" if v is None else f"{v:,.1f}"  # noqa: E731
-        ratio = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:,.1f}"
+
+        def ratio(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}"
+
         lines.append(f"| {r['workload']} | {fmt(r['ours'])} {r['unit']} | {fmt(r['ct2'])} | {fmt(r['hf'])} | "
                      f"{ratio(r['ours_per_ct2'])} | {'-'.join(ratio(v) for v in r['ours_per_ct2_range'])} | "
                      f"{ratio(r['ceiling_per_ct2'])} | "
@@ -306,7 +344,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "anchor.json")
     parser.add_argument("--server-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of both our servers (max_batch_size=64, busy_intra_op_threads=2: the "
-                             "SERVE_ variable without its prefix, any case); repeat for more. For A/B runs of a setting")
+                             "SERVE_ variable without its prefix, any case); repeat for more. "
+                             "For A/B runs of a setting")
     args = parser.parse_args()
     if bad := [k for k in args.server_setting if "=" not in k]:
         parser.error(f"--server-setting needs NAME=VALUE, not {bad}")
@@ -364,8 +403,9 @@ def main() -> None:
     floor = FloorServer(free_port(), dimensions)
     try:
         with contextlib.ExitStack() as stack:
-            for server in [*servers.values(), floor]:
+            for server in servers.values():
                 stack.enter_context(server)
+            stack.enter_context(floor)
             for worker in workers.values():
                 worker.ask({})  # its "ready" line
             agreement = check_llama_tokens(workers, shapes) if LLAMA in parts else None
@@ -409,7 +449,7 @@ def check_llama_tokens(workers: dict[tuple[str, str], Worker], shapes: Shapes) -
     """Greedy tokens of ours in process and CTranslate2 on the same prompts (same weights): equal or not."""
     prompts = shapes.check_prompts
     tokens = {name: workers[name, LLAMA].ask({"greedy": prompts})["tokens"] for name in ("engine", "ct2")}
-    same = [a == b for a, b in zip(tokens["engine"], tokens["ct2"])]
+    same = [a == b for a, b in zip(tokens["engine"], tokens["ct2"], strict=False)]
     print(f"Llama-shaped greedy tokens, ours vs CTranslate2: {sum(same)} of {len(same)} prompts agree "
           f"(prompt lengths {[len(p) for p in prompts]})", flush=True)
     return {"agree": all(same), "prompts_agreeing": sum(same), "prompts": len(same),

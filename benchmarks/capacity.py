@@ -71,12 +71,13 @@ def plan(
     missing = [e for e, rate in load.items() if rate > 0 and caps[e] is None]
     if missing:
         raise ValueError(f"no measured cell meets the p99 target for {missing}: no capacity to plan with")
-    shares = {e: rate / caps[e]["requests_per_s"] for e, rate in load.items() if rate > 0}  # type: ignore[index]
+    measured = {e: cap for e, cap in caps.items() if cap is not None}
+    shares = {e: rate / measured[e]["requests_per_s"] for e, rate in load.items() if rate > 0}
     busy = sum(shares.values())  # replicas' worth of work at 100 % of capacity
     weight = {e: s / busy for e, s in shares.items()}
     # Per replica at capacity, the work mix averages these (weighted by the time each endpoint takes).
-    cores = sum(weight[e] * caps[e]["server_cores"] for e in weight)  # type: ignore[index]
-    queue = sum(weight[e] * (caps[e]["queue_depth"] or 0.0) for e in weight)  # type: ignore[index]
+    cores = sum(weight[e] * measured[e]["server_cores"] for e in weight)
+    queue = sum(weight[e] * (measured[e]["queue_depth"] or 0.0) for e in weight)
     return {
         "load_requests_per_s": load,
         "replica_share": {e: round(s, 3) for e, s in shares.items()},

@@ -92,7 +92,8 @@ def step_timer(session: GraphSession, batch: int, past_len: int) -> Callable[[],
     past = {name.replace("present.", "past_key_values."): session.place(np.random.default_rng(0).standard_normal(
         (batch, int(spec.shape[1]), past_len, int(spec.shape[3]))).astype(np.float32))
             for name, spec in ((n, next(s for s in session.spec.inputs
-                                        if s.name == n.replace("present.", "past_key_values."))) for n in present_names)}
+                                        if s.name == n.replace("present.", "past_key_values.")))
+                               for n in present_names)}
     feeds: dict[str, Tensor] = {INPUT_IDS: np.ones((batch, 1), dtype=np.int64),
                                 ATTENTION_MASK: np.ones((batch, past_len + 1), dtype=np.int64),
                                 POSITION_IDS: np.full((batch, 1), past_len, dtype=np.int64), **past,
@@ -128,9 +129,10 @@ def check(folder: Path, device: str = "cuda") -> dict[str, Any]:
     prompts = np.random.default_rng(0).integers(10, vocab, (16, PROMPT_TOKENS)).astype(np.int64)
     cpu_logits, cpu_tokens = greedy(cpu, prompts, STEPS)
     gpu_logits, gpu_tokens = greedy(gpu, prompts, STEPS)
+    step_diffs = (np.abs(c - g).max() for c, g in zip(cpu_logits, gpu_logits, strict=True))
     record["parity"] = {
         "prefill_max_abs_logit_diff": float(np.abs(cpu_logits[0] - gpu_logits[0]).max()),
-        "steps_max_abs_logit_diff": float(max(np.abs(c - g).max() for c, g in zip(cpu_logits, gpu_logits))),
+        "steps_max_abs_logit_diff": float(max(step_diffs)),
         "greedy_tokens_equal": bool((cpu_tokens == gpu_tokens).all()),
         "greedy_tokens_agreeing_share": float((cpu_tokens == gpu_tokens).mean()),
         "batch": 16, "prompt_tokens": PROMPT_TOKENS, "steps": STEPS,

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from model.checkpoint import load_trained
 from model.config import CONFIG_CLASSES
 from model.export import MODEL_CLASSES, round_weights_to_fp16
+from model.translator import Translator
 
 CONTEXT = 256
 
@@ -55,10 +56,11 @@ def median_ms(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3) -> float
 
 
 def kv(prefix: str, n_layers: int, shape: tuple[int, ...], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    return {f"{prefix}.{i}.{k}": rng.standard_normal(shape).astype(np.float32) for i in range(n_layers) for k in ("key", "value")}
+    return {f"{prefix}.{i}.{k}": rng.standard_normal(shape).astype(np.float32)
+            for i in range(n_layers) for k in ("key", "value")}
 
 
-def decoder_feeds(config: dict, past_len: int, new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def decoder_feeds(config: dict[str, Any], past_len: int, new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Batch-1 inputs for the generator or translator decoder: `new` tokens after `past_len` cached ones."""
     d = config["dims"]
     layers = d.get("n_layers", d.get("n_decoder_layers"))
@@ -75,13 +77,15 @@ def decoder_feeds(config: dict, past_len: int, new: int, rng: np.random.Generato
     return feeds
 
 
-def torch_step(model: torch.nn.Module, config: dict, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+def torch_step(model: torch.nn.Module, config: dict[str, Any], feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
     t = {k: torch.from_numpy(v) for k, v in feeds.items()}
     layers = config["dims"].get("n_layers", config["dims"].get("n_decoder_layers"))
     past = [(t[f"past_key_values.{i}.key"], t[f"past_key_values.{i}.value"]) for i in range(layers)]
     if config["task"] == "translation":
         cross = [(t[f"cross.{i}.key"], t[f"cross.{i}.value"]) for i in range(layers)]
-        return lambda: model.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
+        assert isinstance(model, Translator)  # MODEL_CLASSES["translator"]: the decoder step is its decode()
+        translator = model
+        return lambda: translator.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
                                     t["encoder_attention_mask"], cross, past)
     return lambda: model(t["input_ids"], t["attention_mask"], t["position_ids"], past)
 
@@ -93,7 +97,7 @@ def reference_model(folder: Path, run_dir: Path) -> tuple[torch.nn.Module, str]:
         return load_trained(folder.name, run_dir), "trained"
     card = json.loads((folder / "card.json").read_text())
     config = dict(card["config"])
-    model = MODEL_CLASSES[folder.name](CONFIG_CLASSES[config.pop("kind")](**config))  # type: ignore[call-arg]
+    model = MODEL_CLASSES[folder.name](CONFIG_CLASSES[config.pop("kind")](**config))
     return model.eval(), "random (same architecture; timing only)"
 
 
@@ -145,13 +149,13 @@ def classifier_accuracy(folder: Path, data: Path, threads: int) -> dict[str, flo
     return out
 
 
-def greedy_translate(encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: dict,
+def greedy_translate(encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: dict[str, Any],
                      ids: list[int], max_new: int) -> list[int]:
     d, special = config["dims"], config["special_tokens"]
     src = np.array([ids], dtype=np.int64)
     src_mask = np.ones_like(src)
     names = [o.name for o in encoder.get_outputs() if o.name.startswith("cross.")]
-    cross = dict(zip(names, encoder.run(names, {"input_ids": src, "attention_mask": src_mask})))
+    cross = dict(zip(names, encoder.run(names, {"input_ids": src, "attention_mask": src_mask}), strict=True))
     layers = d["n_decoder_layers"]
     past = {f"past_key_values.{i}.{k}": np.zeros((1, d["n_heads"], 0, d["d_head"]), np.float32)
             for i in range(layers) for k in ("key", "value")}
@@ -159,13 +163,15 @@ def greedy_translate(encoder: ort.InferenceSession, decoder: ort.InferenceSessio
     present_names = [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
     for step in range(max_new):
         feeds = {"input_ids": np.array([[token]], dtype=np.int64), "attention_mask": np.ones((1, step + 1), np.int64),
-                 "position_ids": np.array([[step]], dtype=np.int64), "encoder_attention_mask": src_mask, **cross, **past}
+                 "position_ids": np.array([[step]], dtype=np.int64), "encoder_attention_mask": src_mask,
+                 **cross, **past}
         logits, *presents = decoder.run(["logits", *present_names], feeds)
         token = int(logits[0, -1].argmax())
         if token == special["eos"]:
             break
         out.append(token)
-        past = {name.replace("present", "past_key_values"): value for name, value in zip(present_names, presents)}
+        past = {name.replace("present", "past_key_values"): value
+                for name, value in zip(present_names, presents, strict=True)}
     return out
 
 
@@ -175,7 +181,7 @@ def translator_bleu(folder: Path, data: Path, threads: int, sentences: int) -> d
     config = json.loads((folder / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     rows = [json.loads(line) for line in (data / "translation" / "test.jsonl").read_text().splitlines()][:sentences]
-    out = {"sentences": len(rows)}
+    out: dict[str, float] = {"sentences": len(rows)}
     for key in ("file", "int8_file"):
         enc, dec = (session(folder / config["graphs"][r][key], threads) for r in ("encoder", "decoder"))
         start = time.perf_counter()
@@ -197,7 +203,7 @@ def generator_perplexity(folder: Path, data: Path, threads: int, tokens: int) ->
     stream = load_stream(tokenizer, data / "generation" / "test.txt", config["special_tokens"]["eos"])[: tokens + 1]
     d = config["dims"]
     window = config["max_positions"]
-    out = {"tokens": tokens}
+    out: dict[str, float] = {"tokens": tokens}
     for key in ("file", "int8_file"):
         sess = session(folder / config["graphs"]["decoder"][key], threads)
         nll, count = 0.0, 0

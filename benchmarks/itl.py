@@ -94,7 +94,7 @@ def main() -> None:
     try:
         for server in servers.values():
             server.wait_ready()
-        for c, server in servers.items():  # untimed: connections, caches
+        for server in servers.values():  # untimed: connections, caches
             asyncio.run(load(server.url, argparse.Namespace(**{**vars(args), "requests": args.streams})))
         for i in range(args.rounds):
             rounds.append({c: asyncio.run(load(server.url, args)) for c, server in servers.items()})

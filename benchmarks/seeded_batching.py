@@ -52,7 +52,8 @@ async def measure(rounds: int, tokens: int, temperature: float) -> dict[str, Any
             differences = []
             for (prompt, seed), answer in zip(jobs, batched, strict=True):
                 for i, choice in enumerate(answer.json()["choices"]):
-                    alone_answer = await client.post("/v1/completions", json={**base, "prompt": prompt, "seed": seed + i})
+                    alone_body = {**base, "prompt": prompt, "seed": seed + i}
+                    alone_answer = await client.post("/v1/completions", json=alone_body)
                     alone_answer.raise_for_status()
                     a, b = alone_answer.json()["choices"][0]["logprobs"], choice["logprobs"]
                     if a["tokens"] != b["tokens"]:
@@ -61,8 +62,10 @@ async def measure(rounds: int, tokens: int, temperature: float) -> dict[str, Any
                         differences.append({
                             "seed": seed + i,
                             "step": step,
-                            "alone": {"token": a["tokens"][step], "ids": ids[0], "logprob": a["token_logprobs"][step]},
-                            "batched": {"token": b["tokens"][step], "ids": ids[1], "logprob": b["token_logprobs"][step]},
+                            "alone": {"token": a["tokens"][step], "ids": ids[0],
+                                      "logprob": a["token_logprobs"][step]},
+                            "batched": {"token": b["tokens"][step], "ids": ids[1],
+                                        "logprob": b["token_logprobs"][step]},
                         })
     choices = len(jobs) * N
     return {

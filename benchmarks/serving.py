@@ -307,7 +307,9 @@ class Server:
     def peak_rss_mb(self) -> float:
         """The server's peak resident memory so far (VmHWM, Linux): what a container's memory limit must hold."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) / 1024, 1)
+        match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+        assert match is not None, status
+        return round(int(match.group(1)) / 1024, 1)
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the server has used so far: cores busy = its growth / wall time."""
@@ -390,7 +392,7 @@ def run_matrix(
     cells = []
     for name, call in clients.items():
         for c in concurrency:
-            requests = max(c * 2, int(round(c * 4 * scale)), 8)
+            requests = max(c * 2, round(c * 4 * scale), 8)
             before = (time.perf_counter(), server.cpu_seconds(), machine_cpu_seconds(), client_cpu_seconds())
             cell = asyncio.run(drive_sampled(server.url, name, call, c, requests))
             after = (time.perf_counter(), server.cpu_seconds(), machine_cpu_seconds(), client_cpu_seconds())

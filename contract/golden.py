@@ -54,10 +54,14 @@ CPU_TOLERANCE, DEVICE_TOLERANCE = (1e-2, 2e-2), (5e-2, 1e-1)
 class InputSpec(Protocol):
     """What golden_inputs needs of a graph input (service.runtime.artifact.TensorSpec)."""
 
-    name: str
-    dtype: str
-    shape: tuple[int | str, ...]
-    default: int | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int | str, ...]: ...
+    @property
+    def default(self) -> int | None: ...
 
 
 # --- graphs -------------------------------------------------------------------------------------------
@@ -74,7 +78,7 @@ def golden_inputs(vocab_size: int, inputs: Sequence[InputSpec]) -> dict[str, np.
         name = spec.name
         if spec.default is not None:
             continue
-        shape = [sizes.get(d, d) if isinstance(d, str) else d for d in spec.shape]
+        shape = [sizes[d] if isinstance(d, str) else d for d in spec.shape]
         if name in (ATTENTION_MASK, ENCODER_ATTENTION_MASK):
             feeds[name] = np.ones(shape, dtype=np.int64)
             feeds[name][1, 0] = 0  # one padded position in the second row

@@ -82,7 +82,8 @@ class Client:
         with urllib.request.urlopen(self._request("POST", path, body), timeout=self.timeout) as r:
             ctype = r.headers.get("content-type", "")
             assert ctype.startswith("text/event-stream"), f"{path}: content-type {ctype!r}"
-            event, data = None, []
+            event: str | None = None
+            data: list[str] = []
             for raw_line in r:
                 line = raw_line.decode("utf-8").rstrip("\r\n")
                 if not line:
@@ -122,7 +123,7 @@ class Checks:
         started = time.perf_counter()
         try:
             note = fn()
-        except Exception as exc:  # noqa: BLE001 - every failure is reported, then the next check runs
+        except Exception as exc:  # every failure is reported, then the next check runs
             self.failed.append(name)
             detail = "".join(traceback.format_exception_only(exc)).strip()
             print(f"FAIL {name}: {detail}", flush=True)
@@ -154,7 +155,8 @@ def error_type(reply: Reply) -> str:
 
 
 def collect_generate_stream(client: Client, body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    tokens, done = [], None
+    tokens: list[dict[str, Any]] = []
+    done: dict[str, Any] | None = None
     for event, data in client.stream("/v1/generate", {**body, "stream": True}):
         payload = json.loads(data)
         assert event in ("token", "done"), f"unexpected event {event}: {data}"
@@ -245,7 +247,7 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         assert len(results) == len(texts) + 1
         for case, result in zip(exp["classify"], results, strict=False):
             assert result["label"] == case["label"], f"batched {case['text']!r} -> {result['label']}"
-        assert [s["label"] for s in results[-1]["top_k"]][0] == results[-1]["label"]
+        assert results[-1]["top_k"][0]["label"] == results[-1]["label"]
         return f"{len(texts)} texts + 1 pair"
 
     def generate() -> str:
@@ -308,7 +310,9 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         assert reply.status == 200 and reply.headers["content-type"].startswith("text/plain"), reply.status
         for name in exp["metrics"]:
             assert re.search(rf"^{name}\b", reply.text, re.MULTILINE), f"metric {name} missing"
-        served = re.search(r'^serve_requests_total\{endpoint="/v1/translate",status="200"\} (\S+)', reply.text, re.MULTILINE)
+        served = re.search(
+            r'^serve_requests_total\{endpoint="/v1/translate",status="200"\} (\S+)', reply.text, re.MULTILINE
+        )
         assert served and float(served.group(1)) >= 1, "translate requests not counted"
         return f"{len(exp['metrics'])} metrics present; translate 200s: {served.group(1)}"
 
@@ -318,7 +322,8 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         for page in ("/docs", "/redoc", "/playground"):
             reply = client.get(page)
             assert reply.status == 200, f"{page}: HTTP {reply.status}"
-            urls = [a or b for a, b in re.findall(r"""(?:src|href)=["']([^"']+)["']|url: ["']([^"']+)["']""", reply.text)]
+            pattern = r"""(?:src|href)=["']([^"']+)["']|url: ["']([^"']+)["']"""
+            urls = [a or b for a, b in re.findall(pattern, reply.text)]
             external = [u for u in urls if u.startswith(("http:", "https:", "//"))]
             assert not external, f"{page} loads {external}"
             for url in (u for u in urls if u.startswith("/")):
@@ -328,7 +333,8 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
 
     def client_protocols() -> str:
         """TGI, Inference API, vLLM tokenizer and OpenAI scoring routes, as the clients call them."""
-        tgi = ok(client.post("/generate", {"inputs": gen["prompt"], "parameters": {"max_new_tokens": gen["max_new_tokens"]}}), "/generate")
+        tgi_body = {"inputs": gen["prompt"], "parameters": {"max_new_tokens": gen["max_new_tokens"]}}
+        tgi = ok(client.post("/generate", tgi_body), "/generate")
         whole = ok(client.post("/v1/generate", greedy), "/v1/generate")
         assert tgi["generated_text"] == whole["text"], (tgi, whole["text"])
         body = {"model": "generator", "prompt": gen["prompt"], "max_tokens": 0, "echo": True, "logprobs": 1}
@@ -400,7 +406,7 @@ def check_drain(client: Client, exp: dict[str, Any], container: str) -> int:
         except urllib.error.HTTPError as exc:
             results[i] = AssertionError(f"HTTP {exc.code}: {exc.read()[:300]!r}")
             started.abort()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             results[i] = exc
             started.abort()
 
@@ -449,7 +455,8 @@ def check_drain(client: Client, exp: dict[str, Any], container: str) -> int:
             assert payload["finish_reason"] == "length", payload
             assert len(tokens) == payload["usage"]["completion_tokens"] == cfg["max_new_tokens"], len(tokens)
             last = max(last, at)
-        return f"every stream got all {cfg['max_new_tokens']} tokens, the last {last - state['signalled']:.2f}s after SIGTERM"
+        after = last - state["signalled"]
+        return f"every stream got all {cfg['max_new_tokens']} tokens, the last {after:.2f}s after SIGTERM"
 
     checks.run("SIGTERM during generation", signal)
     if "signalled" in state:

@@ -29,12 +29,17 @@ import threading
 import time
 import urllib.error
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
+
+if TYPE_CHECKING:  # mypy reads the repository as packages; the script imports its sibling from its own folder
+    from harness.deploy.e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
+else:
+    from e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = "/usr/bin/docker"
@@ -58,7 +63,7 @@ def scale_compose(nginx_conf: Path) -> dict[str, Any]:
          "--profile", "scale", "config"],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout
-    doc = yaml.safe_load(config)
+    doc: dict[str, Any] = yaml.safe_load(config)
     services = doc["services"]
     for name in ("api", "replica", "lb"):
         assert name in services, f"the scale profile has no `{name}` service"
@@ -161,7 +166,7 @@ def upstream_log(lines: list[str]) -> list[tuple[str, list[tuple[int, str]]]]:
         ports = [int(address.rpartition(":")[2]) for address in match.group(3).split(", ")]
         statuses = match.group(4).split(", ")
         assert len(ports) == len(statuses), line
-        entries.append((f"{match.group(1)} {match.group(2)}", list(zip(ports, statuses))))
+        entries.append((f"{match.group(1)} {match.group(2)}", list(zip(ports, statuses, strict=True))))
     return entries
 
 
@@ -175,14 +180,16 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
         reply = client.post("/v1/classify", {"text": ["A moving, brilliant film.", ["Thin plot.", "Good cast."]]})
         results = reply_json(reply, "classify")["results"]
         assert len(results) == 2 and all(r["label"] for r in results), results
-        return results[0]["label"]
+        label: str = results[0]["label"]
+        return label
 
     def translate(beams: int) -> Callable[[Client], str]:
         def call(client: Client) -> str:
             body = {"text": "And God said, Let there be light.", "num_beams": beams, "max_new_tokens": 24}
             (translation,) = reply_json(client.post("/v1/translate", body), "translate")["translations"]
             assert translation["text"] and translation["output_tokens"] > 0, translation
-            return translation["text"]
+            text: str = translation["text"]
+            return text
 
         return call
 
@@ -190,19 +197,22 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
         body = {"prompt": "The people of the city", "max_new_tokens": 16, "ignore_eos": True, "seed": 3}
         answer = reply_json(client.post("/v1/generate", body), "generate")
         assert answer["usage"]["completion_tokens"] == 16, answer
-        return answer["text"]
+        text: str = answer["text"]
+        return text
 
     def generate_stream(client: Client) -> str:
         body = {"prompt": "In the morning", "max_new_tokens": 24, "ignore_eos": True, "seed": 5}
         tokens, done = collect_generate_stream(client, body)
         assert len(tokens) == done["usage"]["completion_tokens"] == 24, (len(tokens), done)
-        return done["text"]
+        text: str = done["text"]
+        return text
 
     def completions(client: Client) -> str:
         body = {"model": "generator", "prompt": "Fellow citizens", "max_tokens": 16, "ignore_eos": True}
         answer = reply_json(client.post("/v1/completions", body), "completions")
         assert answer["usage"]["completion_tokens"] == 16, answer
-        return answer["choices"][0]["text"]
+        text: str = answer["choices"][0]["text"]
+        return text
 
     def completions_stream(client: Client) -> str:
         body = {"model": "generator", "prompt": "Once there was", "max_tokens": 16, "ignore_eos": True}

@@ -1,1 +1,2 @@
-"""The reliability suite: a real server under load, faults and bad input; `python -m harness.reliability` or tests/reliability."""
+"""The reliability suite: a real server under load, faults and bad input; `python -m harness.reliability`
+or tests/reliability."""

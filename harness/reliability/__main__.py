@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
             for name in shared:
                 outcomes.append(await _run(name, target, soak_s, examples))
     if "overload" in names:
-        with LocalServer(**OVERLOAD_SETTINGS) as server:
+        with LocalServer(base=SUITE_SETTINGS | OVERLOAD_SETTINGS) as server:
             outcomes.append(await sections.overload(server.wait_ready()))
     if "sigterm" in names:
         with LocalServer(SERVE_MAX_BATCH_SIZE="16", SERVE_DRAIN_TIMEOUT_S="2") as server:
@@ -54,12 +55,12 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
         outcomes.append(await sections.faults())
     transport = [n for n in ("slow_clients", "stuck_drain") if n in names]
     if transport:
-        with LocalServer(**TRANSPORT_SETTINGS) as server:
+        with LocalServer(base=SUITE_SETTINGS | TRANSPORT_SETTINGS) as server:
             target = server.wait_ready()
             for name in transport:
                 outcomes.append(await getattr(sections, name)(target))
     if "stuck_readers" in names:
-        with LocalServer(**SEND_TIMEOUT_SETTINGS) as server:
+        with LocalServer(base=SUITE_SETTINGS | SEND_TIMEOUT_SETTINGS) as server:
             outcomes.append(await sections.stuck_readers(server.wait_ready()))
     return outcomes
 
@@ -72,7 +73,8 @@ async def _run(name: str, target: Target, soak_s: float, examples: int) -> secti
         return await sections.soak(target, seconds=soak_s)
     if name == "sigterm":
         return await sections.sigterm(target)
-    return await getattr(sections, name)(target)
+    section: Callable[[Target], Awaitable[sections.Outcome]] = getattr(sections, name)
+    return await section(target)
 
 
 def container_target(url: str, container: str, settings: dict[str, str]) -> Target:
@@ -82,14 +84,10 @@ def container_target(url: str, container: str, settings: dict[str, str]) -> Targ
         done = subprocess.run([docker, "wait", container], capture_output=True, text=True, timeout=timeout)
         return int(done.stdout.strip() or -1)
 
-    return Target(
-        url,
-        settings,
-        terminate=lambda: subprocess.run(
-            [docker, "kill", "--signal", "TERM", container], check=True, capture_output=True
-        ),
-        wait_exit=wait_exit,
-    )
+    def terminate() -> None:
+        subprocess.run([docker, "kill", "--signal", "TERM", container], check=True, capture_output=True)
+
+    return Target(url, settings, terminate=terminate, wait_exit=wait_exit)
 
 
 def write_report(outcomes: list[sections.Outcome], path: Path, mode: str, settings: dict[str, str]) -> dict[str, Any]:

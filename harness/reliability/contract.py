@@ -44,31 +44,40 @@ async def schemathesis(target: Target, max_examples: int = 10, seed: int = 1) ->
         ]  # fmt: skip
         run = subprocess.run  # in the temporary folder: schemathesis keeps a cache (.schemathesis/) in its cwd
         proc = await asyncio.to_thread(run, command, cwd=reports, capture_output=True, text=True, timeout=900)
-        requests, statuses, failures = 0, {}, set()
-        for path in Path(reports).glob("*.ndjson"):
-            for line in path.read_text().splitlines():
-                event = json.loads(line)
-                for kind, payload in event.items():
-                    if kind != "ScenarioFinished":
-                        continue
-                    for interaction in payload.get("recorder", {}).get("interactions", {}).values():
-                        response = interaction.get("response")
-                        if response is not None:
-                            requests += 1
-                            key = f"{response['status_code'] // 100}xx"
-                            statuses[key] = statuses.get(key, 0) + 1
-                    for check in payload.get("recorder", {}).get("checks", {}).values():
-                        for result in check:
-                            if result.get("status") == "failure":
-                                info = result.get("failure_info", {}).get("failure", {})
-                                failures.add(f"{info.get('code')} {info.get('title')}: {info.get('operation')}")
+        requests, statuses, failures = _read_reports(Path(reports))
     out.figures = {"requests": requests, "by_status": dict(sorted(statuses.items())), "failed_checks": len(failures)}
     out.figures["server_errors"] = statuses.get("5xx", 0)
     out.check(requests > 0, f"schemathesis sent no requests:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     out.failures += sorted(failures)
-    out.check(proc.returncode == 0 or failures, "schemathesis failed:\n" + "\n".join(proc.stdout.splitlines()[-40:]))
+    tail = "\n".join(proc.stdout.splitlines()[-40:])
+    out.check(proc.returncode == 0 or bool(failures), "schemathesis failed:\n" + tail)
     out.check(statuses.get("5xx", 0) == 0, f"{statuses.get('5xx', 0)} server errors")
     return out
+
+
+def _read_reports(reports: Path) -> tuple[int, dict[str, int], set[str]]:
+    """schemathesis's ndjson reports: requests answered, their count per status class, the failed checks."""
+    requests = 0
+    statuses: dict[str, int] = {}
+    failures: set[str] = set()
+    for path in reports.glob("*.ndjson"):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            for kind, payload in event.items():
+                if kind != "ScenarioFinished":
+                    continue
+                for interaction in payload.get("recorder", {}).get("interactions", {}).values():
+                    response = interaction.get("response")
+                    if response is not None:
+                        requests += 1
+                        key = f"{response['status_code'] // 100}xx"
+                        statuses[key] = statuses.get(key, 0) + 1
+                for check in payload.get("recorder", {}).get("checks", {}).values():
+                    for result in check:
+                        if result.get("status") == "failure":
+                            info = result.get("failure_info", {}).get("failure", {})
+                            failures.add(f"{info.get('code')} {info.get('title')}: {info.get('operation')}")
+    return requests, statuses, failures
 
 
 # --- bad input ----------------------------------------------------------------------------------------

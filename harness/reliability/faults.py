@@ -192,8 +192,10 @@ ARTIFACT_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     # What the graphs cannot show: each loaded and served wrong answers before golden.json recorded the
     # tokenizer, the config and the graph files (contract/golden.py).
     ("the generator's tokenizer, same size", "translator", _copy_from("generator", "tokenizer.json"), "tokenizer.json"),
-    ("the translator's tokenizer, same size", "classifier", _copy_from("translator", "tokenizer.json"), "tokenizer.json"),
-    ("the classifier's tokenizer, same size", "generator", _copy_from("classifier", "tokenizer.json"), "tokenizer.json"),
+    ("the translator's tokenizer, same size", "classifier", _copy_from("translator", "tokenizer.json"),
+     "tokenizer.json"),
+    ("the classifier's tokenizer, same size", "generator", _copy_from("classifier", "tokenizer.json"),
+     "tokenizer.json"),
     ("tokenizer adds no end token", "translator", _edit_json("tokenizer.json", lambda t: t.update(post_processor=None)),
      "tokenizer.json"),
     ("bos and eos swapped", "translator", _edit_json("config.json", lambda c: c["special_tokens"].update(bos=3, eos=2)),
@@ -261,11 +263,13 @@ class _InProcessServer:
     def __init__(self, **overrides: Any) -> None:
         import uvicorn
 
-        from service.app import create_app
         from service.__main__ import server_config
+        from service.app import create_app
         from service.settings import Settings
 
-        values = {"artifacts_dir": ARTIFACTS, "intra_op_threads": 1, "inter_op_threads": 1, "max_new_tokens": 240}
+        values: dict[str, Any] = {
+            "artifacts_dir": ARTIFACTS, "intra_op_threads": 1, "inter_op_threads": 1, "max_new_tokens": 240,
+        }
         self.settings = Settings(**(values | overrides))
         self.app = create_app(self.settings)
         self.port = free_port()
@@ -358,6 +362,7 @@ async def faults() -> Outcome:
                     async with http.stream("POST", "/v1/generate", json=body | {"stream": True}) as response:
                         return await sse_events(response)
 
+                waiters: list[asyncio.Future[list[tuple[str, str]] | httpx.Response]]
                 waiters = [asyncio.ensure_future(stream()) for _ in range(6)]
                 waiters += [asyncio.ensure_future(http.post("/v1/generate", json=body)) for _ in range(4)]
                 for _ in range(200):

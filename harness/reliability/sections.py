@@ -26,6 +26,6 @@ __all__ = [
     "slow_clients",
     "soak",
     "stuck_drain",
-    "tokenize",
     "stuck_readers",
+    "tokenize",
 ]

@@ -79,7 +79,7 @@ def seeded_flip(request: dict[str, Any], alone: Any, batched: Any) -> bool:
     if not seeded(request):
         return False
     if isinstance(alone, tuple) and len(alone) == 4:  # /v1/generate with logprobs: its token ids
-        first = next((i for i, (a, b) in enumerate(zip(alone[3], batched[3])) if a != b), None)
+        first = next((i for i, (a, b) in enumerate(zip(alone[3], batched[3], strict=False)) if a != b), None)
         return first is not None and abs(alone[3][first] - batched[3][first]) <= NEIGHBOUR_IDS
     return True
 
@@ -121,14 +121,15 @@ async def load(target: Target, requests: int = 384, concurrency: int = 64) -> Ou
             response = await http.post(path, json=body)
             latencies.append(time.perf_counter() - started)
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
-            if response.status_code != 200 or solo[k] is None:
+            expected = solo[k]
+            if response.status_code != 200 or expected is None:
                 return
             key, scores = answer_key(path, response.json())
-            diff = max((abs(a - b) for a, b in zip(scores, solo[k][1], strict=True)), default=0.0)
+            diff = max((abs(a - b) for a, b in zip(scores, expected[1], strict=True)), default=0.0)
             worst_score_diff = max(worst_score_diff, diff)
-            if key == solo[k][0] and diff <= 1e-3:
+            if key == expected[0] and diff <= 1e-3:
                 return
-            if seeded_flip(body, solo[k][0], key):
+            if seeded_flip(body, expected[0], key):
                 flips += 1
             else:
                 mismatched += 1

@@ -40,7 +40,10 @@ def _address(target: Target) -> tuple[str, int]:
 def _request(method: str, path: str, body: bytes = b"", length: int | None = None, request_id: str = "") -> bytes:
     declared = len(body) if length is None else length
     extra = f"X-Request-Id: {request_id}\r\n" if request_id else ""
-    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}Content-Length: {declared}\r\n\r\n"
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {declared}\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -272,7 +275,8 @@ async def stuck_readers(target: Target, streams: int = 4) -> Outcome:
         for sock in readers:
             sock.close()
     log = target.stderr()
-    warned = {i: sum("SERVE_SEND_TIMEOUT_S" in line for line in log.splitlines() if f"[{i}]" in line) for i in request_ids}
+    lines = log.splitlines()
+    warned = {i: sum("SERVE_SEND_TIMEOUT_S" in line for line in lines if f"[{i}]" in line) for i in request_ids}
     tracebacks = log.count("Traceback") + log.count("Exception in ASGI application")
     out.figures |= {
         "stuck_streams": streams,
@@ -311,11 +315,12 @@ async def stuck_drain(target: Target, streams: int = 4, uploads: int = 4) -> Out
             big = await _unread_answer(http, target, out)
             if big is None:
                 return out
-            stream = _post("/v1/generate", {"prompt": "Once", "max_new_tokens": 8, "ignore_eos": True, "stream": True})
+            body = {"prompt": "Once", "max_new_tokens": 8, "ignore_eos": True, "stream": True}
+            stream = _post("/v1/generate", body)
             answered = _classified(await http.get("/metrics"))
             readers = [await _stuck_reader(address, big + stream) for _ in range(streams)]
             for _ in range(uploads):
-                reader, writer = await asyncio.open_connection(*address)
+                _reader, writer = await asyncio.open_connection(*address)
                 writer.write(_request("POST", "/v1/generate", b"{", length=100_000))
                 writers.append(writer)
                 trickles.append(asyncio.ensure_future(_trickle(writer)))

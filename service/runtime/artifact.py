@@ -9,11 +9,11 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
 from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
 from contract.names import LOGITS_TO_KEEP
-from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
-from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
 from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
+from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 
 FORMAT_VERSION = 1
 # config.json "generation_defaults": a generator's defaults (SamplingParams names, and max_new_tokens), each
@@ -182,7 +182,8 @@ def _generation_defaults(value: Any, where: str) -> dict[str, Any]:
         number = isinstance(default, (int, float)) and not isinstance(default, bool)
         if not number or (kind is int and not isinstance(default, int)) or not (
                 low <= default <= high if low_allowed else low < default <= high):
-            raise ArtifactError(f"{where}: generation_defaults.{name} must be a{'n integer' if kind is int else ' number'} "
+            article = "an integer" if kind is int else "a number"
+            raise ArtifactError(f"{where}: generation_defaults.{name} must be {article} "
                                 f"in {'[' if low_allowed else '('}{low:g}, {high:g}], not {default!r}")
     return dict(value)
 

@@ -15,6 +15,21 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from contract.golden import (
+    CONFIG,
+    CPU_TOLERANCE,
+    DEVICE_TOLERANCE,
+    FILES,
+    GOLDEN_FILE,
+    SAMPLE_TEXTS,
+    TOKENIZER,
+    config_difference,
+    file_digest,
+    golden_inputs,
+    missing_sections,
+    output_difference,
+    tokenizer_difference,
+)
 from contract.kinds import CLASSIFICATION, DECODER, EMBEDDING, ENCODER, TRANSLATION
 from contract.names import (
     ATTENTION_MASK,
@@ -33,21 +48,6 @@ from contract.names import (
     kv_names,
 )
 from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
-from contract.golden import (
-    CONFIG,
-    CPU_TOLERANCE,
-    DEVICE_TOLERANCE,
-    FILES,
-    GOLDEN_FILE,
-    SAMPLE_TEXTS,
-    TOKENIZER,
-    config_difference,
-    file_digest,
-    golden_inputs,
-    missing_sections,
-    output_difference,
-    tokenizer_difference,
-)
 from service.runtime.sessions import GraphSession, to_numpy
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def _check_recorded_outputs(artifact: Artifact, sessions: Mapping[str, GraphSess
         names = [name for name in recorded if session.has_output(name)]
         feeds = golden_inputs(artifact.vocab_size, artifact.graphs[role].inputs)
         outputs = _run(artifact, session, feeds, names, f"{GOLDEN_FILE}'s {role} input")
-        tolerance = CPU_TOLERANCE if session.device == "cpu" else DEVICE_TOLERANCE
+        tolerance: tuple[float, float] | None = CPU_TOLERANCE if session.device == "cpu" else DEVICE_TOLERANCE
         if session.quantization == "int8":
             tolerance = None
         for name in names:

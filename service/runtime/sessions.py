@@ -134,9 +134,10 @@ class GraphSession:
             log.warning("%s: CUDA was requested but the session runs on %s", self.name, self.provider)
         self.device = "cuda" if self.provider == CUDA else "cpu"
         busy_threads = options.busy_threads() if busy_session and self.device == "cpu" else None
-        self.busy_session = None if busy_threads is None else ort.InferenceSession(
+        busy_options = None if busy_threads is None else replace(options, intra_op_threads=busy_threads)
+        self.busy_session = None if busy_options is None else ort.InferenceSession(
             str(path),
-            sess_options=self._session_options(replace(options, intra_op_threads=busy_threads), spin, self._initializers),
+            sess_options=self._session_options(busy_options, spin, self._initializers),
             providers=[CPU],
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import REAL_ARTIFACTS
 from harness.reliability.harness import LocalServer
+from tests.conftest import REAL_ARTIFACTS
 
 
 @dataclass

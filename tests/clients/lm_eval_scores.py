@@ -83,13 +83,14 @@ def prompt_tokens(url: str) -> int:
 
 def evaluate(url: str, max_length: int, cache: Path) -> Evaluation:
     def run(tasks: list[str]) -> dict[str, Any]:
-        return lm_eval.simple_evaluate(  # type: ignore[no-any-return]
+        results: dict[str, Any] = lm_eval.simple_evaluate(
             model="local-completions",
             model_args=model_args(url, max_length),
             tasks=tasks,
             task_manager=TaskManager(include_path=str(TASKS)),
             log_samples=True,
         )
+        return results
 
     with _offline_in_tasks_folder(cache):
         scoring = run(SCORING_TASKS)
@@ -146,14 +147,14 @@ def doc_block(f: dict[str, Any]) -> str:
     return f"{DOC_BEGIN}\n{textwrap.fill(text, 105, break_long_words=False, break_on_hyphens=False)}\n{DOC_END}"
 
 
-def doc_figures_block(readme: str) -> str | None:
-    found = re.search(re.escape(DOC_BEGIN) + ".*?" + re.escape(DOC_END), readme, re.DOTALL)
+def doc_figures_block(text: str) -> str | None:
+    found = re.search(re.escape(DOC_BEGIN) + ".*?" + re.escape(DOC_END), text, re.DOTALL)
     return found.group() if found else None
 
 
 def main() -> None:
-    from tests.conftest import REAL_ARTIFACTS
     from harness.reliability.harness import LocalServer
+    from tests.conftest import REAL_ARTIFACTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=REPO / "bench_results" / "lm_eval.json")

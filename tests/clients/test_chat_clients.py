@@ -10,10 +10,13 @@ from huggingface_hub import InferenceClient
 from huggingface_hub.errors import HfHubHTTPError
 from langchain_core.messages import AIMessageChunk, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import CompletionCreateParamsBase, CompletionCreateParamsStreaming
+from pydantic import SecretStr
 
 from tests.clients.conftest import Server
 
-MESSAGES = [
+MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "Answer briefly."},
     {"role": "user", "content": "Where is the train station?"},
 ]
@@ -29,14 +32,17 @@ def test_openai_chat_completion(client: openai.OpenAI) -> None:
     (choice,) = completion.choices
     assert completion.object == "chat.completion" and completion.model == "chat"
     assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
+    assert completion.usage is not None
     assert choice.finish_reason in ("stop", "length") and completion.usage.completion_tokens <= 8
     assert completion.usage.prompt_tokens > 10  # the template's system and role headers are in the prompt
 
 
 def test_openai_stream_with_usage_matches_whole(client: openai.OpenAI) -> None:
-    args = {"model": "chat", "messages": MESSAGES, "max_completion_tokens": 12, "temperature": 0}
+    args: CompletionCreateParamsBase = {"model": "chat", "messages": MESSAGES, "max_completion_tokens": 12,
+                                        "temperature": 0}
     whole = client.chat.completions.create(**args)
-    stream = list(client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    streaming: CompletionCreateParamsStreaming = {**args, "stream": True, "stream_options": {"include_usage": True}}
+    stream = list(client.chat.completions.create(**streaming))
     assert stream[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == whole.choices[0].message.content
@@ -50,6 +56,7 @@ def test_openai_n_and_logprobs(client: openai.OpenAI) -> None:
                                                 logprobs=True, top_logprobs=3)
     assert [c.index for c in completion.choices] == [0, 1]
     for choice in completion.choices:
+        assert choice.logprobs is not None and choice.logprobs.content is not None
         content = choice.logprobs.content
         assert "".join(t.token for t in content) == choice.message.content
         assert all(len(t.top_logprobs) == 3 and t.bytes == list(t.token.encode()) for t in content)
@@ -63,14 +70,17 @@ def test_openai_errors_name_the_field(client: openai.OpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as json_mode:
         client.chat.completions.create(model="chat", messages=MESSAGES, response_format={"type": "json_object"})
     assert json_mode.value.param == "response_format.type"
-    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+    tool: ChatCompletionFunctionToolParam = {
+        "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    }
     with pytest.raises(openai.UnprocessableEntityError) as tools:
         client.chat.completions.create(model="chat", messages=MESSAGES, tools=[tool])
     assert tools.value.param == "tools"
 
 
 def test_langchain_chat_openai_invoke_and_stream(chat_server: Server) -> None:
-    llm = ChatOpenAI(base_url=f"{chat_server.url}/v1", api_key="unused", model="chat", max_retries=0)
+    llm = ChatOpenAI(base_url=f"{chat_server.url}/v1", api_key=SecretStr("unused"), model="chat",
+                     max_retries=0)
     messages = [SystemMessage("Answer briefly."), HumanMessage("Where is the train station?")]
     reply = llm.invoke(messages)
     assert isinstance(reply.content, str) and reply.response_metadata["finish_reason"] in ("stop", "length")
@@ -85,10 +95,11 @@ def test_langchain_chat_openai_invoke_and_stream(chat_server: Server) -> None:
 
 def test_huggingface_hub_chat_completion(chat_server: Server) -> None:
     client = InferenceClient(model=chat_server.url, timeout=60)  # sends model "dummy" to a URL
-    output = client.chat_completion(MESSAGES, max_tokens=8, seed=3)
+    messages = [dict(m) for m in MESSAGES]
+    output = client.chat_completion(messages, max_tokens=8, seed=3)
     assert output.choices[0].message.role == "assistant" and output.choices[0].finish_reason in ("stop", "length")
     assert output.model == "chat" and output.usage.completion_tokens <= 8
-    pieces = list(client.chat_completion(MESSAGES, max_tokens=8, seed=3, stream=True))
+    pieces = list(client.chat_completion(messages, max_tokens=8, seed=3, stream=True))
     text = "".join(p.choices[0].delta.content or "" for p in pieces if p.choices)
     assert text == output.choices[0].message.content
     assert pieces[-1].choices[0].finish_reason == output.choices[0].finish_reason

@@ -18,6 +18,7 @@ def test_text_generation(client: InferenceClient) -> None:
     assert isinstance(text, str) and text
     details = client.text_generation("The Congress of the United States", max_new_tokens=12, details=True)
     assert details.generated_text == text  # greedy by default, as TGI
+    assert details.details is not None
     assert details.details.finish_reason in ("length", "eos_token", "stop_sequence")
     assert details.details.generated_tokens == len(details.details.tokens) <= 12
 

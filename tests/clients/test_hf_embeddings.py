@@ -51,5 +51,6 @@ def test_a_task_the_model_does_not_serve_is_a_422_naming_its_task(encoder_server
     embedder = InferenceClient(model=f"{encoder_server.url}/models/embedder")
     with pytest.raises(HfHubHTTPError) as classification:
         embedder.text_classification("a fine film")
-    assert "serves feature-extraction and sentence-similarity" in classification.value.response.json()["error"]["message"]
+    message = classification.value.response.json()["error"]["message"]
+    assert "serves feature-extraction and sentence-similarity" in message
     assert classifier.text_classification("a fine film")[0].label in ("negative", "positive")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,8 @@ class Reference:
         self.tokenizer = Tokenizer.from_file(str(GENERATOR / "tokenizer.json"))
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
-        self.session = ort.InferenceSession(str(GENERATOR / "decoder.onnx"), options, providers=["CPUExecutionProvider"])
+        decoder = str(GENERATOR / "decoder.onnx")
+        self.session = ort.InferenceSession(decoder, options, providers=["CPUExecutionProvider"])
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -55,7 +55,8 @@ class Reference:
         logits = self.session.run(["logits"], feeds)[0][0].astype(np.float64)
         logits -= logits.max(axis=-1, keepdims=True)
         logprobs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        return logprobs[np.arange(len(ids) - 1), ids[1:]]
+        chosen: np.ndarray = logprobs[np.arange(len(ids) - 1), ids[1:]]
+        return chosen
 
     def continuation(self, context: list[int], continuation: list[int], max_length: int) -> float:
         """As lm-eval's API models score (context, continuation): left-truncated to `max_length` tokens
@@ -68,7 +69,8 @@ class Reference:
         windows = get_rolling_token_windows(
             token_list=self.encode(text), prefix_token=self.eos, max_seq_len=max_length - 1, context_len=1
         )
-        return sum(self.continuation(*make_disjoint_window(w), max_length) for w in windows)
+        pairs = map(make_disjoint_window, windows)
+        return sum(self.continuation(context, continuation, max_length) for context, continuation in pairs)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,8 @@ def test_multiple_choice_matches_the_generator(run: Evaluation, reference: Refer
     metrics = evaluation["results"]["sotu_choice"]
     assert metrics["acc,none"] == pytest.approx(correct / len(docs))
     assert metrics["acc_norm,none"] == pytest.approx(correct_norm / len(docs))
-    print(f"\nlm-eval sotu_choice: acc {metrics['acc,none']:.3f}, acc_norm {metrics['acc_norm,none']:.3f} (chance 0.25)")
+    acc, acc_norm = metrics["acc,none"], metrics["acc_norm,none"]
+    print(f"\nlm-eval sotu_choice: acc {acc:.3f}, acc_norm {acc_norm:.3f} (chance 0.25)")
 
 
 def test_generate_until_prompts_arrive_whole(run: Evaluation, reference: Reference) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import openai
 import pytest
+from openai.types.completion_create_params import CompletionCreateParamsBase
 
 from tests.clients.conftest import Server
 
@@ -19,6 +21,7 @@ def test_completion_with_defaults(client: openai.OpenAI) -> None:
     completion = client.completions.create(model="generator", prompt="The Congress of the United States")
     (choice,) = completion.choices
     assert completion.object == "text_completion" and completion.model == "generator"
+    assert completion.usage is not None
     assert choice.finish_reason in ("stop", "length") and completion.usage.completion_tokens <= 16
 
 
@@ -30,12 +33,14 @@ def test_default_budget_of_other_clients_is_clamped(client: openai.OpenAI) -> No
         model="generator", prompt=prompt, max_tokens=256, temperature=0.7, extra_body={"ignore_eos": True}
     )
     usage = completion.usage
+    assert usage is not None
     assert completion.choices[0].finish_reason == "length"
     assert usage.prompt_tokens + usage.completion_tokens == 256
 
 
 def test_stream_matches_whole(client: openai.OpenAI) -> None:
-    args = {"model": "generator", "prompt": "Our nation must", "max_tokens": 24, "temperature": 0}
+    args: CompletionCreateParamsBase = {"model": "generator", "prompt": "Our nation must", "max_tokens": 24,
+                                        "temperature": 0}
     whole = client.completions.create(**args).choices[0].text
     streamed = "".join(c.choices[0].text for c in client.completions.create(**args, stream=True) if c.choices)
     assert streamed == whole
@@ -45,7 +50,9 @@ def test_echo_logprobs(client: openai.OpenAI) -> None:
     completion = client.completions.create(model="generator", prompt="Peace and", max_tokens=0, echo=True, logprobs=1)
     logprobs = completion.choices[0].logprobs
     assert completion.choices[0].text == "Peace and"
-    assert logprobs.token_logprobs[0] is None and all(x < 0 for x in logprobs.token_logprobs[1:])
+    assert logprobs is not None and logprobs.token_logprobs is not None
+    token_logprobs: Sequence[float | None] = logprobs.token_logprobs  # the SDK says float; the echoed first has none
+    assert token_logprobs[0] is None and all(x is not None and x < 0 for x in token_logprobs[1:])
 
 
 def test_models(client: openai.OpenAI) -> None:
@@ -90,6 +97,9 @@ def test_field_errors_name_the_sdk_argument(client: openai.OpenAI) -> None:
         client.completions.create(model="generator", prompt="x", max_tokens=2, extra_body={"top_k": 2**63})
     assert top_k.value.param == "top_k"
     clamped = client.completions.create(model="generator", prompt="x", max_tokens=2000, extra_body={"ignore_eos": True})
+    assert clamped.usage is not None
     assert clamped.choices[0].finish_reason == "length" and clamped.usage.total_tokens == 256
     echo = client.completions.create(model="generator", prompt=[5] * 256, max_tokens=0, echo=True, logprobs=1)
-    assert len(echo.choices[0].logprobs.token_logprobs) == 256
+    logprobs = echo.choices[0].logprobs
+    assert logprobs is not None and logprobs.token_logprobs is not None
+    assert len(logprobs.token_logprobs) == 256

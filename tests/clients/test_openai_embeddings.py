@@ -10,6 +10,7 @@ import numpy as np
 import openai
 import pytest
 from langchain_openai import OpenAIEmbeddings
+from pydantic import SecretStr
 
 from tests.clients.conftest import Server
 
@@ -52,7 +53,8 @@ def test_sdk_errors(client: openai.OpenAI) -> None:
 
 def test_langchain_embeddings(encoder_server: Server) -> None:
     embeddings = OpenAIEmbeddings(
-        model="embedder", base_url=f"{encoder_server.url}/v1", api_key="unused", check_embedding_ctx_length=False,
+        model="embedder", base_url=f"{encoder_server.url}/v1", api_key=SecretStr("unused"),
+        check_embedding_ctx_length=False,
         max_retries=0,
     )  # fmt: skip
     expected = tei_vectors(encoder_server, TEXTS)

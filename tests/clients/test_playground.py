@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Locator, Page, sync_playwright
 
 from tests.clients.conftest import Server
 
@@ -46,10 +46,16 @@ def page(server: Server) -> Iterator[Page]:
         assert not errors, errors
 
 
+def attribute(locator: Locator, name: str) -> str:
+    value = locator.get_attribute(name)
+    assert value is not None, f"no {name} attribute"
+    return value
+
+
 def heatmap(page: Page, panel: str) -> tuple[int, int]:
     canvas = page.locator(f"#{panel} canvas")
     canvas.wait_for()
-    rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
+    rows, cols = int(attribute(canvas, "data-rows")), int(attribute(canvas, "data-cols"))
     width, height, colours = canvas.evaluate(
         """c => {
             const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
@@ -69,7 +75,8 @@ def test_translate(page: Page, server: Server) -> None:
     page.fill("#translate textarea", text)
     page.select_option("#translate select[name=num_beams]", "4")
     page.click("#translate button[type=submit]")
-    api = httpx.post(f"{server.url}/v1/translate", json={"text": text, "num_beams": 4, "return_attention": True}, timeout=60)
+    body = {"text": text, "num_beams": 4, "return_attention": True}
+    api = httpx.post(f"{server.url}/v1/translate", json=body, timeout=60)
     t = api.json()["translations"][0]
     assert heatmap(page, "translate") == (len(t["attention"]["target_tokens"]), len(t["attention"]["source_tokens"]))
     assert page.inner_text("#translate [data-role=output]") == t["text"]
@@ -140,7 +147,7 @@ def test_embeddings_similarity_matrix(page: Page, server: Server) -> None:
     cells = page.locator("#embed table.similarity tbody td")
     cells.first.wait_for()
     assert cells.count() == len(texts) ** 2
-    shown = [[float(cells.nth(r * len(texts) + c).get_attribute("data-value")) for c in range(len(texts))]
+    shown = [[float(attribute(cells.nth(r * len(texts) + c), "data-value")) for c in range(len(texts))]
              for r in range(len(texts))]
     data = httpx.post(f"{server.url}/v1/embeddings", json={"input": texts}, timeout=60).json()["data"]
     vectors = [np.asarray(d["embedding"]) for d in sorted(data, key=lambda d: d["index"])]

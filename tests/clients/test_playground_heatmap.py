@@ -49,7 +49,7 @@ def _sink_map() -> list[list[float]]:
 def _greens(page: Page, values: list[list[float]]) -> list[list[int]]:
     """Draw ``values`` with the playground's heat map and read each cell's green channel (viridis: it grows
     from 1 at no attention to 231 at the most)."""
-    return page.evaluate(
+    greens: list[list[int]] = page.evaluate(
         """values => {
             const container = document.querySelector('[data-role="heatmap"]');
             const tokens = values[0].map((_, i) => `t${i}`);
@@ -65,6 +65,7 @@ def _greens(page: Page, values: list[list[float]]) -> list[list[int]]:
         }""",
         values,
     )
+    return greens
 
 
 def test_the_first_tokens_weight_does_not_darken_the_rest(page: Page) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from benchmarks.capacity import capacity, plan
 
 
-def cell(endpoint: str, concurrency: int, rps: float, p99: float, cores: float, queue: float, errors: int = 0) -> dict:
+def cell(
+    endpoint: str, concurrency: int, rps: float, p99: float, cores: float, queue: float, errors: int = 0
+) -> dict[str, Any]:
     return {
         "endpoint": endpoint, "concurrency": concurrency, "requests_per_s": rps, "tokens_per_s": rps * 10,
         "p99_ms": p99, "errors": errors, "server_cores": cores, "queue_depth": queue, "other_cores": 0.0,
@@ -30,10 +34,11 @@ P99 = {"classify": 100.0, "translate": 1000.0, "generate": 1000.0, "completions"
 
 def test_capacity_is_the_best_cell_that_meets_the_target() -> None:
     caps = capacity(BENCH, P99)
-    assert caps["classify"]["concurrency"] == 8 and caps["classify"]["requests_per_s"] == 400  # type: ignore[index]
-    assert caps["translate"]["concurrency"] == 1  # type: ignore[index]
+    classify, translate, completions = caps["classify"], caps["translate"], caps["completions"]
+    assert classify is not None and classify["concurrency"] == 8 and classify["requests_per_s"] == 400
+    assert translate is not None and translate["concurrency"] == 1
     assert caps["generate"] is None
-    assert caps["completions"]["requests_per_s"] == 20  # type: ignore[index]
+    assert completions is not None and completions["requests_per_s"] == 20
 
 
 def test_plan_adds_up_replica_shares_and_derives_the_targets() -> None:

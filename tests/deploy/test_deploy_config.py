@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,8 +22,9 @@ def env_name(field: str) -> str:
     return f"SERVE_{field.upper()}"
 
 
-def load_yaml(name: str) -> dict:
-    return yaml.safe_load((ROOT / name).read_text())
+def load_yaml(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / name).read_text())
+    return doc
 
 
 def env_example() -> dict[str, str]:

@@ -78,7 +78,7 @@ def strict(schema: Any) -> Any:
 
 @functools.cache
 def crd_validators() -> dict[tuple[str, str], jsonschema.Validator]:
-    validators = {}
+    validators: dict[tuple[str, str], jsonschema.Validator] = {}
     for path in CRD_SCHEMAS.glob("*.json"):
         doc = json.loads(path.read_text())
         validators[(doc["apiVersion"], doc["kind"])] = jsonschema.Draft7Validator(strict(doc["schema"]))
@@ -86,17 +86,19 @@ def crd_validators() -> dict[tuple[str, str], jsonschema.Validator]:
 
 
 def container(target: str) -> dict[str, Any]:
-    containers = one(target, "Deployment")["spec"]["template"]["spec"]["containers"]
+    containers: list[dict[str, Any]] = one(target, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
     return containers[0]
 
 
 def settings_env(target: str) -> dict[str, str]:
-    return one(target, "ConfigMap")["data"]
+    data: dict[str, str] = one(target, "ConfigMap")["data"]
+    return data
 
 
 def pod_labels(target: str) -> dict[str, str]:
-    return one(target, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    labels: dict[str, str] = one(target, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    return labels
 
 
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -106,7 +108,9 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def quantity(value: str | int | float) -> float:
     """A Kubernetes quantity in base units (cores or bytes)."""
     units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "k": 1e3, "M": 1e6, "G": 1e9, "": 1}
-    number, unit = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(value)).groups()  # type: ignore[union-attr]
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(value))
+    assert match is not None, f"not a quantity: {value!r}"
+    number, unit = match.groups()
     return float(number) * units[unit]
 
 
@@ -304,9 +308,12 @@ def test_network_policy_admits_only_the_ingress_controller_and_prometheus(target
 
 
 def min_replicas(target: str) -> int:
+    count: int
     if target == "base":
-        return one(target, "HorizontalPodAutoscaler")["spec"]["minReplicas"]
-    return one(target, "ScaledObject")["spec"]["minReplicaCount"]
+        count = one(target, "HorizontalPodAutoscaler")["spec"]["minReplicas"]
+    else:
+        count = one(target, "ScaledObject")["spec"]["minReplicaCount"]
+    return count
 
 
 def test_base_scales_on_cpu() -> None:

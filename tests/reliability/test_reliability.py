@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from harness.reliability import sections
-from harness.reliability.harness import OVERLOAD_SETTINGS, LocalServer, Target
+from harness.reliability.harness import OVERLOAD_SETTINGS, SUITE_SETTINGS, LocalServer, Target
 from harness.reliability.sections import Outcome
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
@@ -54,7 +54,7 @@ async def test_soak(suite_server: Target, record: list[Outcome]) -> None:
 
 
 async def test_overload(record: list[Outcome]) -> None:
-    with LocalServer(**OVERLOAD_SETTINGS) as server:
+    with LocalServer(base=SUITE_SETTINGS | OVERLOAD_SETTINGS) as server:
         outcome = await sections.overload(server.wait_ready(), seconds=5)
     assert passed(outcome, record), outcome.failures
 
@@ -76,7 +76,7 @@ async def test_faults(record: list[Outcome]) -> None:
 
 
 async def test_slow_clients_then_stuck_drain(record: list[Outcome]) -> None:
-    with LocalServer(**TRANSPORT_SETTINGS) as server:
+    with LocalServer(base=SUITE_SETTINGS | TRANSPORT_SETTINGS) as server:
         target = server.wait_ready()
         slow = await sections.slow_clients(target)
         stuck = await sections.stuck_drain(target)
@@ -84,6 +84,6 @@ async def test_slow_clients_then_stuck_drain(record: list[Outcome]) -> None:
 
 
 async def test_stuck_readers(record: list[Outcome]) -> None:
-    with LocalServer(**SEND_TIMEOUT_SETTINGS) as server:
+    with LocalServer(base=SUITE_SETTINGS | SEND_TIMEOUT_SETTINGS) as server:
         outcome = await sections.stuck_readers(server.wait_ready())
     assert passed(outcome, record), outcome.failures

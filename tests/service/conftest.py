@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from starlette.types import Message
 
 from service.app import create_app
 from service.engine.engine import Engine
 from service.settings import Settings
-
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ class Served:
 
     @property
     def engine(self) -> Engine:
-        return self.app.state.engine  # type: ignore[no-any-return]
+        engine: Engine = self.app.state.engine
+        return engine
 
 
 @asynccontextmanager
@@ -122,7 +123,7 @@ def http_scope(path: str) -> dict[str, Any]:
     }
 
 
-async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event) -> list[dict[str, Any]]:
+async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event) -> list[Message]:
     """Call the app as a server would, with a client that hangs up when `hang_up` is set."""
     delivered = False
 
@@ -134,9 +135,9 @@ async def asgi_call(app: FastAPI, path: str, body: bytes, hang_up: asyncio.Event
         await hang_up.wait()
         return {"type": "http.disconnect"}
 
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     await app(http_scope(path), receive, send)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.anchor_engines import mean_pool
 from benchmarks.anchor import ROWS
+from benchmarks.anchor_engines import mean_pool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,15 +81,16 @@ def test_the_llama_rows_decode_the_same_tokens_as_ctranslate2(anchor: tuple[dict
     assert "4 of 4 prompts agree" in stdout
     c = llama["config"]
     assert c["num_key_value_heads"] < c["num_attention_heads"]  # grouped-query attention
-    assert llama["kv_cache_bytes_per_token"] == 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * llama["d_head"] * 4
+    kv_bytes = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * llama["d_head"] * 4
+    assert llama["kv_cache_bytes_per_token"] == kv_bytes
     assert llama["kv_bytes_per_token_every_head"] == llama["kv_cache_bytes_per_token"] * 4
 
 
 def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> None:
     """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`;
     an embedding of the served embedder's size per input."""
-    from benchmarks.serving import Connection, free_port
     from benchmarks.http_floor import FloorServer
+    from benchmarks.serving import Connection, free_port
 
     async def ask() -> list[tuple[int, bytes, int]]:
         conn = Connection("127.0.0.1", floor.port)
@@ -124,7 +125,8 @@ def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any
 
     def vocab(kind: str) -> list[str]:
         path = work / kind / "ct2"
-        return json.loads(next(f for f in path.glob("*vocabulary.json")).read_text())
+        tokens: list[str] = json.loads(next(f for f in path.glob("*vocabulary.json")).read_text())
+        return tokens
 
     gen = vocab("generator")
     ct2 = np.asarray(ctranslate2.Generator(str(work / "generator" / "ct2")).forward_batch(
@@ -157,5 +159,4 @@ def test_ctranslate2_computes_what_transformers_does(anchor: tuple[dict[str, Any
     with torch.inference_mode():
         logits = marian(input_ids=torch.tensor(ids[:1]), decoder_input_ids=torch.tensor([[start, *tgt]])).logits[0]
     expected = torch.log_softmax(logits[:, :-1], -1)  # the converter drops Marian's pad row (the last)
-    expected = expected[torch.arange(5), torch.tensor(tgt)].numpy()
-    np.testing.assert_allclose(scored, expected, atol=1e-4)
+    np.testing.assert_allclose(scored, expected[torch.arange(5), torch.tensor(tgt)].numpy(), atol=1e-4)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from chat_templates import ALTERNATING, TEMPLATES
 from model.families.base import CheckpointError
 from model.hf_chat_template import find_chat_template, template_tokens
 from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
 from service.runtime.artifact import ArtifactError
 from service.runtime.chat_template_spec import ChatTemplateSpec
+from tests.chat_templates import ALTERNATING, TEMPLATES
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "Hello!"}],
@@ -121,12 +121,18 @@ def test_generation_blocks_render_as_transformers_does() -> None:
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
                 {"role": "user", "content": "Bye"}]
     ours = ChatTemplate(ChatTemplateSpec(source, Path("chat_template.jinja"))).render(messages)
-    theirs, _ = render_jinja_template(conversations=[messages], chat_template=source, add_generation_prompt=True)
+    # Annotated `-> str`, it returns (rendered conversations, generation indices).
+    theirs, _ = cast(
+        "tuple[list[str], list[Any]]",
+        render_jinja_template(conversations=[messages], chat_template=source, add_generation_prompt=True),
+    )
     assert ours == theirs[0]
 
 
 def test_arithmetic_failures_in_a_template_are_the_requests_422() -> None:
     source = "{% for i in range(messages|length * 100000) %}x{% endfor %}"
     with pytest.raises(InvalidInput) as caught:
-        ChatTemplate(ChatTemplateSpec(source, Path("chat_template.jinja"))).render([{"role": "user", "content": "a"}] * 101)
+        ChatTemplate(ChatTemplateSpec(source, Path("chat_template.jinja"))).render(
+            [{"role": "user", "content": "a"}] * 101
+        )
     assert caught.value.field == "messages"

@@ -51,6 +51,7 @@ def test_a_row_draws_the_same_alone_or_batched_in_any_position() -> None:
         for step in range(15):
             c = choose(rows, logits(step, len(settings))[settings.index(p)][None])
             rows.observe(c.tokens)
+            assert c.logprobs is not None and c.top_ids is not None
             tokens.append((int(c.tokens[0]), float(c.logprobs[0]), c.top_ids[0].tolist()))
         alone.append(tokens)
     order = [3, 0, 4, 2, 1]
@@ -59,6 +60,7 @@ def test_a_row_draws_the_same_alone_or_batched_in_any_position() -> None:
     for step in range(15):
         c = choose(rows, logits(step, len(settings))[order])
         rows.observe(c.tokens)
+        assert c.logprobs is not None and c.top_ids is not None
         for b, i in enumerate(order):
             together[i].append((int(c.tokens[b]), float(c.logprobs[b]), c.top_ids[b].tolist()))
     assert together == alone
@@ -115,7 +117,9 @@ def test_top_k_1_and_tiny_top_p_are_greedy() -> None:
         assert choose(rows, np.concatenate([x, x])).tokens.tolist() == [best, best]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(top_k=3), SamplingParams(top_p=0.3), SamplingParams(top_k=8, top_p=0.3)])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(top_k=3), SamplingParams(top_p=0.3), SamplingParams(top_k=8, top_p=0.3)]
+)
 def test_top_k_and_top_p_only_draw_from_their_set(params: SamplingParams) -> None:
     x = logits(4)
     probs = np.exp(log_softmax(x[0]).astype(np.float64))
@@ -138,7 +142,7 @@ def test_sampling_follows_the_distribution() -> None:
 
 def test_uniforms_are_uniform_and_depend_on_seed_and_step() -> None:
     u = uniforms(np.arange(100000, dtype=np.uint64), np.zeros(100000, dtype=np.uint64))
-    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
+    assert u.min() >= 0 and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
     assert uniforms(np.array([7, 7], dtype=np.uint64), np.array([0, 1], dtype=np.uint64)).tolist() != [u[7]] * 2
 
 
@@ -152,9 +156,8 @@ def test_repetition_penalty_discourages_seen_tokens() -> None:
 def test_frequency_penalty_and_logit_bias() -> None:
     x = np.zeros((2, V), dtype=np.float32)
     x[:, 1] = 1.0
-    rows = ChooserRows.create(
-        [SamplingParams(temperature=0.0, frequency_penalty=2.0), SamplingParams(temperature=0.0, logit_bias={9: 100.0})], V
-    )
+    penalized = SamplingParams(temperature=0.0, frequency_penalty=2.0)
+    rows = ChooserRows.create([penalized, SamplingParams(temperature=0.0, logit_bias={9: 100.0})], V)
     assert choose(rows, x).tokens.tolist() == [1, 9]
     rows.observe(np.array([1, 9]))
     assert choose(rows, x).tokens[0] != 1
@@ -166,6 +169,7 @@ def test_logprobs_are_the_models_and_only_for_rows_that_ask() -> None:
     c = choose(rows, x)
     lp = log_softmax(x)
     assert c.tokens.tolist() == [0, 0, 0] and c.logprobs is not None and c.top_ids is not None
+    assert c.top_logprobs is not None
     assert np.isnan(c.logprobs[0]) and np.allclose(c.logprobs[1:], lp[1:, 0], atol=1e-6)
     assert c.top_ids[2].tolist() == np.argsort(-lp[2])[:3].tolist()
     assert np.allclose(c.top_logprobs[2], np.sort(lp[2])[::-1][:3], atol=1e-6)

@@ -1,3 +1,5 @@
+from typing import Any
+
 import numpy as np
 
 from service.engine.classification import ClassificationJob, ClassifyInput
@@ -39,7 +41,11 @@ async def test_a_run_for_several_requests_uses_the_busy_session(serving, monkeyp
         assert clf.model.session.busy_session is not None
         runs: list[bool] = []
         run = clf.model.session.run
-        monkeypatch.setattr(clf.model.session, "run", lambda *a, busy=False, **k: runs.append(busy) or run(*a, busy=busy, **k))
+        def recording(*a: Any, busy: bool = False, **k: Any) -> Any:
+            runs.append(busy)
+            return run(*a, busy=busy, **k)
+
+        monkeypatch.setattr(clf.model.session, "run", recording)
         job = ClassificationJob(INPUTS, [f"text[{i}]" for i in range(len(INPUTS))])
         alone = await (await clf.submit(job)).results()
         with clf.scheduler._cond:  # the worker takes neither before both are queued (an RLock: submit re-enters)

@@ -18,7 +18,8 @@ PARAMS = [
 
 async def run(gen: GenerationService, prompt: str, params: GenerationParams) -> GenerationResult:
     seq = gen.sequence(gen.tokenize(prompt, "prompt"), params)
-    return await gen.scheduler.submit([seq], None, "prompt").result()
+    result: GenerationResult = await gen.scheduler.submit([seq], None, "prompt").result()
+    return result
 
 
 def ids(result: GenerationResult) -> list[int]:
@@ -76,7 +77,11 @@ async def test_a_prompt_fed_in_chunks_beside_a_running_batch_gets_the_tokens_of_
         gen = s.engine.generator
         calls = []
         original = gen.model.run
-        gen.model.run = lambda ids_, *a, **k: calls.append(ids_.shape) or original(ids_, *a, **k)
+        def recording(ids_, *a, **k):
+            calls.append(ids_.shape)
+            return original(ids_, *a, **k)
+
+        gen.model.run = recording
         slow_down(gen.model.session, 0.01)
         events = gen.scheduler.submit([gen.sequence(gen.tokenize(PROMPTS[0], "prompt"), long)], None, "prompt").events()
         await anext(events)  # decoding
@@ -145,18 +150,19 @@ async def test_a_request_read_for_results_hands_over_only_its_result(served) -> 
     delivered: list[int] = []
     deliver = gen.scheduler._deliver
 
-    def counting(emits, failures):  # type: ignore[no-untyped-def]
+    def counting(emits, failures):
         delivered.append(len(emits))
         deliver(emits, failures)
 
-    gen.scheduler._deliver = counting  # type: ignore[method-assign]
+    gen.scheduler._deliver = counting
     try:
-        whole = await gen.scheduler.submit([gen.sequence(gen.tokenize("Hello", "prompt"), params)], None, "prompt").result()
+        sequence = gen.sequence(gen.tokenize("Hello", "prompt"), params)
+        whole = await gen.scheduler.submit([sequence], None, "prompt").result()
         assert delivered == [1]
         delivered.clear()
         handle = gen.scheduler.submit([gen.sequence(gen.tokenize("Hello", "prompt"), params)], None, "prompt")
         events = [e async for e in handle.events()]
     finally:
-        gen.scheduler._deliver = deliver  # type: ignore[method-assign]
+        gen.scheduler._deliver = deliver
     assert sum(delivered) == 11 and events[-1].tokens == whole.tokens  # 10 tokens, then the result
     assert [e.id for e in events[:-1]] == ids(whole)

@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from service.engine.errors import InferenceFailed, InvalidInput, QueueFull, RequestTimeout, Unavailable
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import MAX_PREFILL_TOKENS, STEP_PREFILL_TOKENS, Emit, Scheduler, Sequence
+from service.engine.scheduler import MAX_PREFILL_TOKENS, STEP_PREFILL_TOKENS, Scheduler
+from service.engine.sequence import Emit, Sequence
 
 
 class Counting(Sequence):
@@ -27,7 +29,7 @@ class FakeBatch:
         self.model, self.seqs = model, seqs
 
     @property
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[Counting]:
         return list(self.seqs)
 
     @property
@@ -50,7 +52,7 @@ class FakeBatch:
         self.seqs = [s for s in self.seqs if s.produced < s.length]
         return emits
 
-    def filter(self, keep: list[Sequence]) -> "FakeBatch | None":
+    def filter(self, keep: list[Counting]) -> "FakeBatch | None":
         kept = [s for s in self.seqs if s in keep]
         return type(self)(self.model, kept) if kept else None
 
@@ -168,7 +170,9 @@ async def test_a_burst_at_an_idle_model_waits_for_a_full_batch() -> None:
     await s.stop(Unavailable("stop"))
 
 
-async def test_the_worker_does_not_wait_for_the_event_loop_and_hands_over_once_per_step() -> None:
+async def test_the_worker_does_not_wait_for_the_event_loop_and_hands_over_once_per_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     model = FakeModel(step_s=0.001)
     s = scheduler(model)
     handovers: list[int] = []
@@ -178,10 +182,10 @@ async def test_the_worker_does_not_wait_for_the_event_loop_and_hands_over_once_p
         handovers.append(len(emits))
         deliver(emits, failures)
 
-    s._deliver = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(s, "_deliver", counting)
     s.start()
     handle = submit(s, [Counting(30) for _ in range(3)])
-    time.sleep(0.5)  # the event loop is blocked: the worker still runs every step
+    time.sleep(0.5)  # noqa: ASYNC251 - the event loop is blocked on purpose: the worker still runs every step
     assert len(model.steps) == 30
     results = await handle.results()
     assert results == ["done"] * 3
@@ -218,6 +222,7 @@ async def test_running_counts_sequences_and_rows_apart() -> None:
     s.start()
     handle = submit(s, [Counting(50, rows=2)])
     events = handle.events()
+    assert isinstance(events, AsyncGenerator)  # aclose(): the reader leaves
     await anext(events)
     assert s.running == 1 and gauge(s, "serve_running_sequences") == 1 and gauge(s, "serve_running_rows") == 2
     await events.aclose()  # the reader leaves: the sequence leaves the batch after this step
@@ -276,7 +281,7 @@ async def test_stop_fails_waiting_and_running() -> None:
         submit(s, [Counting(1)])
 
 
-async def test_stop_during_prefill_fails_the_newcomers() -> None:
+async def test_stop_during_prefill_fails_the_newcomers(monkeypatch: pytest.MonkeyPatch) -> None:
     model = FakeModel()
     started, release = asyncio.Event(), threading.Event()
     loop = asyncio.get_running_loop()
@@ -287,7 +292,7 @@ async def test_stop_during_prefill_fails_the_newcomers() -> None:
         release.wait(5)
         return original(sequences)
 
-    model.prefill = slow_prefill  # type: ignore[method-assign]
+    monkeypatch.setattr(model, "prefill", slow_prefill)
     s = scheduler(model)
     s.start()
     handle = submit(s, [Counting(3)])
@@ -298,7 +303,7 @@ async def test_stop_during_prefill_fails_the_newcomers() -> None:
         await drain(handle)
 
 
-async def test_a_bad_newcomer_fails_only_its_own_request() -> None:
+async def test_a_bad_newcomer_fails_only_its_own_request(monkeypatch: pytest.MonkeyPatch) -> None:
     model = FakeModel()
     original, tried = model.prefill, []
 
@@ -308,7 +313,7 @@ async def test_a_bad_newcomer_fails_only_its_own_request() -> None:
             raise RuntimeError("indices element out of data bounds")
         return original(sequences)
 
-    model.prefill = picky_prefill  # type: ignore[method-assign]
+    monkeypatch.setattr(model, "prefill", picky_prefill)
     s = scheduler(model, max_wait_s=0.05)
     good, bad, other = submit(s, [Counting(2)]), submit(s, [Counting(99)]), submit(s, [Counting(3)])
     s.start()
@@ -329,7 +334,7 @@ class FakeChunks:
         self.left = len(seqs) * max(s.prefill_tokens for s in seqs)
 
     @property
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[Counting]:
         return list(self.seqs)
 
     def advance(self, max_tokens: int | None) -> tuple[list[Emit], FakeBatch] | None:

@@ -53,8 +53,10 @@ async def test_streamed_sequence_beside_a_batch_gets_its_own_tokens(serving) -> 
         streamed, *_ = await asyncio.gather(
             stream(), translate(tr, TEXTS, params), translate(tr, TEXTS[1:], TranslationParams(num_beams=3))
         )
-    *pieces, result = streamed
+    *events, result = streamed
     assert isinstance(result, TranslationResult) and summary([result]) == summary([alone])
+    pieces = [p for p in events if isinstance(p, TranslationPiece)]
+    assert len(pieces) == len(events)
     assert [p.id for p in pieces] == list(alone.hypotheses[0].token_ids)
     assert "".join(p.text for p in pieces) == alone.hypotheses[0].text
 
@@ -78,7 +80,7 @@ async def test_encoder_runs_once_per_source(served) -> None:
             calls[_role] += 1
             return _run(*args, **kwargs)
 
-        session.run = counting  # type: ignore[method-assign]
+        session.run = counting
     await translate(tr, TEXTS[:2], TranslationParams(num_beams=3, max_new_tokens=9))
     assert calls["encoder"] == 1  # both sources, once
     assert 1 < calls["decoder"] <= 9  # one call per step: KV cache, no prefix recompute
@@ -105,12 +107,13 @@ async def test_beam_candidates_are_enough_under_a_heavy_ban(served) -> None:
     params = TranslationParams(num_beams=3, n_best=3, max_new_tokens=16, no_repeat_ngram_size=1)
     narrow = summary(await translate(tr, TEXTS, params))
     head = tr.model.top_logprobs
-    tr.model.top_logprobs = lambda logits, k: head(logits, logits.shape[-1])  # type: ignore[method-assign]
+    tr.model.top_logprobs = lambda logits, k: head(logits, logits.shape[-1])
     try:
         assert summary(await translate(tr, TEXTS, params)) == narrow
     finally:
-        tr.model.top_logprobs = head  # type: ignore[method-assign]
-    assert all(len(set(h.token_ids)) == len(h.token_ids) for r in await translate(tr, TEXTS, params) for h in r.hypotheses)
+        tr.model.top_logprobs = head
+    results = await translate(tr, TEXTS, params)
+    assert all(len(set(h.token_ids)) == len(h.token_ids) for r in results for h in r.hypotheses)
 
 
 async def test_io_binding_path_gives_the_same_results(serving) -> None:

@@ -35,7 +35,9 @@ async def test_end_token_is_not_an_output_token(served) -> None:
     tr = served.engine.translator
     eos = tr.artifact.special_tokens["eos"]
     first = SamplingParams(temperature=0.0, logit_bias={eos: 1000.0})
-    for params in (TranslationParams(num_beams=1, sampling=first), TranslationParams(num_beams=1, stream=True, sampling=first)):
+    whole = TranslationParams(num_beams=1, sampling=first)
+    streamed = TranslationParams(num_beams=1, stream=True, sampling=first)
+    for params in (whole, streamed):
         events = [e async for e in (await tr.submit(TranslationJob([TEXT], ["text"], params))).events()]
         (result,) = events  # no piece: the end token is the only token drawn
         assert isinstance(result, TranslationResult) and result.hypotheses[0].token_ids == []
@@ -45,7 +47,7 @@ async def test_end_token_is_not_an_output_token(served) -> None:
 
 async def test_stop_strings_cut_greedy_translations(served) -> None:
     tr = served.engine.translator
-    textless = {t: -1000.0 for t in tr.artifact.special_tokens.values()}  # the tiny model likes them
+    textless = dict.fromkeys(tr.artifact.special_tokens.values(), -1000.0)  # the tiny model likes them
     no_end = SamplingParams(temperature=0.0, logit_bias=textless)
     params = TranslationParams(num_beams=1, max_new_tokens=12, no_repeat_ngram_size=0, sampling=no_end)
     (whole,) = await translate(tr, [TEXT], params)

@@ -23,7 +23,8 @@ from tests.service.sse_events import events
 
 
 def error_of(r) -> dict[str, Any]:
-    return r.json()["error"]
+    error: dict[str, Any] = r.json()["error"]
+    return error
 
 
 @pytest.mark.parametrize("key", ["²", "١", "9" * 5000, "-1", " 1", "0x10", ""])
@@ -74,11 +75,12 @@ async def test_model_details_can_be_hidden(serving) -> None:
 
 async def test_attention_budget_is_a_422_before_any_work(serving) -> None:
     async with serving(max_attention_values=500) as s:
-        for path, body in [
+        cases: list[tuple[str, dict[str, Any]]] = [
             ("/v1/classify", {"text": ["one two three four five six"] * 3}),
             ("/v1/generate", {"prompt": "one two three", "max_new_tokens": 8}),
             ("/v1/translate", {"text": "one two three", "max_new_tokens": 8}),
-        ]:
+        ]
+        for path, body in cases:
             r = await s.client.post(path, json={**body, "return_attention": True})
             assert r.status_code == 422, (path, r.text)
             assert error_of(r)["field"] == "return_attention" and "SERVE_MAX_ATTENTION_VALUES" in error_of(r)["message"]
@@ -258,7 +260,8 @@ def test_kept_translation_maps_are_the_asking_rows_own(served, monkeypatch: pyte
 
 def test_kept_generation_maps_are_the_asking_rows_own(served) -> None:
     gen = served.engine.generator
-    long_ids, short_ids = gen.tokenize("a much longer prompt than the other one", "prompt"), gen.tokenize("short", "prompt")
+    long_ids = gen.tokenize("a much longer prompt than the other one", "prompt")
+    short_ids = gen.tokenize("short", "prompt")
     long = gen.sequence(long_ids, GenerationParams(max_new_tokens=2))
     asking = gen.sequence(short_ids, GenerationParams(max_new_tokens=2, return_attention=True))
     _, batch = gen.model.prefill([long, asking])

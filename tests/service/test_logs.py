@@ -31,7 +31,8 @@ def _line(log_format: str, request_id: str | None) -> str:
     token = REQUEST_ID.set(request_id)
     try:
         for filter_ in handler.filters:
-            filter_.filter(record)  # type: ignore[union-attr]
+            assert isinstance(filter_, logging.Filter)  # RequestIdFilter
+            filter_.filter(record)
     finally:
         REQUEST_ID.reset(token)
     return handler.format(record)

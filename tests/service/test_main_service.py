@@ -33,7 +33,10 @@ async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
         "SERVE_DRAIN_TIMEOUT_S": "30",
         "SERVE_LOG_LEVEL": "warning",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    # Popen starts the server and returns at once; the loop never waits on the process.
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             for _ in range(300):

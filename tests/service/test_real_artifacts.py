@@ -124,7 +124,7 @@ def test_real_tokenizer_of_another_model_is_refused(name: str, other: str, tmp_p
             shutil.copyfile(item, folder / item.name)
     shutil.copyfile(ARTIFACTS / other / "tokenizer.json", folder / "tokenizer.json")
     with pytest.raises(ArtifactError) as failed:
-        Engine(Settings(artifacts_dir=tmp_path, models=name, intra_op_threads=1, warmup=False)).load()
+        Engine(Settings(artifacts_dir=tmp_path, models=[name], intra_op_threads=1, warmup=False)).load()
     assert str(failed.value).startswith(f"{folder / 'tokenizer.json'}: encodes "), failed.value
 
 
@@ -140,5 +140,5 @@ def test_real_artifacts_pass_every_recorded_check(name: str, caplog: pytest.LogC
     golden = json.loads((ARTIFACTS / name / "golden.json").read_text())
     assert {"tokenizer", "config", "files"} <= set(golden)
     with caplog.at_level(logging.WARNING, logger="service.runtime.checks"):
-        Engine(Settings(artifacts_dir=ARTIFACTS, models=name, intra_op_threads=1, warmup=False)).load()
+        Engine(Settings(artifacts_dir=ARTIFACTS, models=[name], intra_op_threads=1, warmup=False)).load()
     assert "golden.json" not in caplog.text

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def test_every_task_has_one_kind_and_distinct_roles() -> None:
 def _prefill_feeds(layers: int, heads: int, d_head: int) -> dict[str, np.ndarray]:
     cache = KVCache.empty(2, layers, heads, d_head)
     mask = np.array([[0, 1, 1, 1], [1, 1, 1, 1]], dtype=np.int64)
-    return {"input_ids": np.array([[0, 5, 6, 7], [8, 9, 10, 11]]), **cache.feeds(mask)}  # type: ignore[dict-item]
+    return {"input_ids": np.array([[0, 5, 6, 7], [8, 9, 10, 11]]), **cache.feeds(mask)}
 
 
 @pytest.mark.parametrize("io_binding", [False, True])
@@ -76,8 +77,8 @@ def test_the_generator_session_keeps_the_last_logits_only(tiny_artifacts: Path, 
     present = kv_names(PRESENT, artifact.n_decoder_layers)
     every = session.run(feeds, ["logits", *present])
     last = session.run(feeds | session.last_logits_only, ["logits", *present])
-    assert every["logits"].shape[1] == 4 and last["logits"].shape[1] == 1  # type: ignore[union-attr]
-    np.testing.assert_allclose(last["logits"][:, 0], every["logits"][:, -1], atol=1e-5)  # type: ignore[index]
+    assert every["logits"].shape[1] == 4 and last["logits"].shape[1] == 1
+    np.testing.assert_allclose(last["logits"][:, 0], every["logits"][:, -1], atol=1e-5)
     for name in present:
         np.testing.assert_array_equal(last[name], every[name])
 
@@ -156,7 +157,7 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
         step = {"input_ids": np.array([[3], [4]]), "attention_mask": np.ones((2, 5), np.int64),
                 "position_ids": np.array([[3], [4]]), **{n.replace(PRESENT, PAST, 1): out[n] for n in present}}
         after = session.run(step | session.last_logits_only, ["logits"])["logits"]
-        results[keep] = (out["logits"][:, -1], after[:, -1])  # type: ignore[index]
+        results[keep] = (out["logits"][:, -1], after[:, -1])
     for new, old in zip(results[True], results[False], strict=True):
         np.testing.assert_allclose(new, old, atol=1e-5)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from contract.golden import CONFIG, FILES, GOLDEN_FILE, TOKENIZER, read_golden
 from service.engine.engine import Engine
 from service.runtime.artifact import ArtifactError
-from contract.golden import CONFIG, FILES, GOLDEN_FILE, TOKENIZER, read_golden
 from service.settings import Settings
 
 Edit = Callable[[Path], None]
@@ -46,8 +46,14 @@ def _tokenizer_of(other: str) -> Edit:
 def _swap_vocab_of_sample(data: dict[str, Any]) -> None:
     """Two tokens of the sample texts trade ids: same size, same tokens, other ids."""
     vocab = data["model"]["vocab"]
-    a, b = sorted((t for t in vocab if len(t) > 1 and vocab[t] > 10), key=vocab.get)[:2]  # type: ignore[arg-type]
+    a, b = sorted((t for t in vocab if len(t) > 1 and vocab[t] > 10), key=vocab.get)[:2]
     vocab[a], vocab[b] = vocab[b], vocab[a]
+
+
+def _drop_records(golden: dict[str, Any]) -> None:
+    """golden.json as an export before its tokenizer, config and files records wrote it."""
+    for section in (TOKENIZER, CONFIG, FILES):
+        golden.pop(section)
 
 
 def _set_special(**ids: int) -> Callable[[dict[str, Any]], None]:
@@ -77,8 +83,10 @@ def tiny_root(tiny_artifacts: Path, tmp_path: Path) -> Path:
 TOKENIZER_EDITS: list[tuple[str, str, Edit]] = [
     ("the generator's tokenizer, of the same size", "translator", _tokenizer_of("generator")),
     ("the translator's tokenizer, of the same size", "generator", _tokenizer_of("translator")),
-    ("no post-processor (no end token)", "translator", _edit_json("tokenizer.json", lambda t: t.update(post_processor=None))),
-    ("no normalizer (no lower-casing)", "classifier", _edit_json("tokenizer.json", lambda t: t.update(normalizer=None))),
+    ("no post-processor (no end token)", "translator",
+     _edit_json("tokenizer.json", lambda t: t.update(post_processor=None))),
+    ("no normalizer (no lower-casing)", "classifier",
+     _edit_json("tokenizer.json", lambda t: t.update(normalizer=None))),
     ("two tokens trade ids", "generator", _edit_json("tokenizer.json", _swap_vocab_of_sample)),
 ]
 
@@ -162,7 +170,7 @@ def test_an_older_export_without_the_records_loads_with_a_warning(
     make_settings: Callable[..., Settings], tiny_root: Path, model: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = _copy(tiny_root.parent / "tiny", tiny_root, model)
-    _edit_json(GOLDEN_FILE, lambda g: [g.pop(s) for s in (TOKENIZER, CONFIG, FILES)])(folder)
+    _edit_json(GOLDEN_FILE, _drop_records)(folder)
     with caplog.at_level(logging.WARNING, logger="service.runtime.checks"):
         _load(make_settings, tiny_root, model)
     assert f"{GOLDEN_FILE} lacks tokenizer, config, files" in caplog.text
@@ -199,7 +207,7 @@ def test_the_add_command_records_what_the_export_did(tiny_artifacts: Path, tmp_p
     folder = _copy(tiny_artifacts, tmp_path, model)
     exported = read_golden(folder)
     assert exported is not None and {TOKENIZER, CONFIG, FILES} <= set(exported)
-    _edit_json(GOLDEN_FILE, lambda g: [g.pop(s) for s in (TOKENIZER, CONFIG, FILES)])(folder)
+    _edit_json(GOLDEN_FILE, _drop_records)(folder)
     add_records(folder)
     assert read_golden(folder) == exported
 

@@ -76,14 +76,16 @@ def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> Non
     """The translator's encoder must not spin-wait beside its decoder; a lone graph (the classifier) does."""
     def spins(session: GraphSession) -> bool:  # ORT's own options; an unset entry (ORT's default: spin) raises
         try:
-            return session.session.get_session_options().get_session_config_entry(ALLOW_SPINNING) != "0"
+            entry: str = session.session.get_session_options().get_session_config_entry(ALLOW_SPINNING)
         except RuntimeError:
             return True
+        return entry != "0"
 
     options = RuntimeOptions(device="cpu", intra_op_threads=2)
     translator = artifact_sessions("translator", load_artifact(tiny_artifacts / "translator").graphs, options)
     assert {role: spins(s) for role, s in translator.items()} == {"encoder": False, "decoder": True}
-    (classifier,) = artifact_sessions("classifier", load_artifact(tiny_artifacts / "classifier").graphs, options).values()
+    classifier_graphs = load_artifact(tiny_artifacts / "classifier").graphs
+    (classifier,) = artifact_sessions("classifier", classifier_graphs, options).values()
     assert spins(classifier)
 
 
@@ -103,7 +105,8 @@ def test_only_a_one_step_model_gets_a_busy_session(tiny_artifacts: Path) -> None
     assert classifier["encoder"].busy_session is not None
     assert all(s.busy_session is None for s in translator.values())
     one_thread = artifact_sessions(
-        "classifier", load_artifact(tiny_artifacts / "classifier").graphs, RuntimeOptions(device="cpu", intra_op_threads=1)
+        "classifier", load_artifact(tiny_artifacts / "classifier").graphs,
+        RuntimeOptions(device="cpu", intra_op_threads=1),
     )
     assert one_thread["encoder"].busy_session is None  # nothing to leave: no second session
 

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -40,14 +41,14 @@ def test_default_artifacts_dir_is_the_repo_folder() -> None:
         ({"port": 70000}, "port"),
     ],
 )
-def test_invalid_settings_fail_fast(tiny_artifacts: Path, overrides: dict, needle: str) -> None:
+def test_invalid_settings_fail_fast(tiny_artifacts: Path, overrides: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValidationError, match=needle):
         Settings(**({"artifacts_dir": tiny_artifacts} | overrides))
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"no artifact for \['generator'\].*SERVE_MODELS"):
-        Settings(artifacts_dir=tmp_path, models="generator")
+        Settings(artifacts_dir=tmp_path, models=["generator"])
 
 
 def test_python_m_service_reports_bad_settings(tmp_path: Path) -> None:
