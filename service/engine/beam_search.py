@@ -195,7 +195,7 @@ def _finish(
     best = np.full(len(pools), -np.inf)
     best[has] = values[(np.cumsum(live_counts) - live_counts)[has]]  # each request's best live child
     worst = np.asarray([p.worst for p in pools])
-    done = at_max | (live_counts == 0) | (worst >= best / new_length.astype(np.float64) ** penalty)
+    done: np.ndarray = at_max | (live_counts == 0) | (worst >= best / new_length.astype(np.float64) ** penalty)
     for child in np.flatnonzero(at_max[request]).tolist():  # live hypotheses at the length limit
         i, p = int(request[child]), int(parents[child])
         pools[i].add(float(values[child]), [*targets.tokens(p), int(tokens[child])], int(new_length[i]), extra(p))

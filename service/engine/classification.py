@@ -60,9 +60,9 @@ def label_probabilities(logits: np.ndarray) -> np.ndarray:
     """Softmax over the labels; a one-label model (a cross-encoder's relevance score) gets the sigmoid, as
     sentence-transformers' CrossEncoder and TEI's /rerank answer."""
     if logits.shape[-1] == 1:
-        return 1.0 / (1.0 + np.exp(-logits))
+        return np.asarray(1.0 / (1.0 + np.exp(-logits)))
     probs = np.exp(logits - logits.max())
-    return probs / probs.sum()
+    return np.asarray(probs / probs.sum())
 
 
 class ClassificationSequence(Sequence):
@@ -104,7 +104,8 @@ class ClassificationModel:
             mapped = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if a], busy))
             plain = iter(self.run_batch([item for item, a in zip(items, asked, strict=True) if not a], busy))
             return [next(mapped) if a else next(plain) for a in asked]
-        return run_in_groups([len(item.ids) for item in items], lambda group: self._run([items[i] for i in group], busy))
+        lengths = [len(item.ids) for item in items]
+        return run_in_groups(lengths, lambda group: self._run([items[i] for i in group], busy))
 
     def _run(self, items: list[ClassifyItem], busy: bool) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
         types = [item.type_ids for item in items] if self.token_types else None

@@ -30,6 +30,7 @@ from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 
+
 @dataclass(frozen=True)
 class GenerationParams:
     max_new_tokens: int
@@ -150,9 +151,9 @@ class GenerationModel:
                 # [H, n, n], copied: a view would keep the whole batch's maps for as long as the row decodes
                 row.attention = [[a[b, :, padded - n :, padded - n :].copy()] for a in attn]
         params = [r.params for r in rows]
-        chooser = ChooserRows.create(
-            [p.sampling for p in params], self.vocab_size, [r.seq.prompt_ids for r in rows], [p.logprobs for p in params]
-        )
+        sampling, logprobs = [p.sampling for p in params], [p.logprobs for p in params]
+        prompts = [r.seq.prompt_ids for r in rows]
+        chooser = ChooserRows.create(sampling, self.vocab_size, prompts, logprobs)
         for row, seed in zip(rows, chooser.seed.tolist(), strict=True):
             row.seed = seed
         stops = StopRows.create([p.max_new_tokens for p in params], [p.ignore_eos for p in params])
@@ -238,7 +239,8 @@ class PromptBatch:
         if max_tokens is not None and not self.attention:
             width = min(width, max(1, max_tokens // B))
         columns = slice(self.fed, self.fed + width)
-        logits, self.cache, attn = self.model.run(self.ids[:, columns], self.cache, self.mask[:, columns], self.attention)
+        ids, mask = self.ids[:, columns], self.mask[:, columns]
+        logits, self.cache, attn = self.model.run(ids, self.cache, mask, self.attention)
         self.fed += width
         if self.fed < S:
             return None

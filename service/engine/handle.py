@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from service.engine.errors import EngineError, RequestTimeout
@@ -55,7 +55,7 @@ class Handle(Generic[E, R]):
         if open_:
             self._cancel(open_)
 
-    async def _items(self) -> AsyncIterator[tuple[int, Any, bool]]:
+    async def _items(self) -> AsyncGenerator[tuple[int, Any, bool]]:
         remaining = len(self.sequences)
         # One timer for the whole request rather than a timeout per event: the deadline lands in the queue.
         timer = None

@@ -55,7 +55,9 @@ class Metrics:
             "serve_time_to_first_token_seconds", "Admission to first generated token."
         )
         self.inter_token_latency = histogram(
-            "serve_inter_token_latency_seconds", "Time between consecutive tokens of one sequence.", buckets=TOKEN_BUCKETS
+            "serve_inter_token_latency_seconds",
+            "Time between consecutive tokens of one sequence.",
+            buckets=TOKEN_BUCKETS,
         )
         self.generated_tokens = counter("serve_generated_tokens", "Tokens generated.")
         self.rejected = counter("serve_rejected", "Requests refused before running.", ("model", "reason"))

@@ -37,7 +37,10 @@ def _concat(values: list[np.ndarray | None], sizes: list[int]) -> np.ndarray | N
     template = next((v for v in values if v is not None), None)
     if template is None:
         return None
-    filled = [v if v is not None else np.zeros((n, *template.shape[1:]), template.dtype) for v, n in zip(values, sizes)]
+    filled = [
+        v if v is not None else np.zeros((n, *template.shape[1:]), template.dtype)
+        for v, n in zip(values, sizes, strict=True)
+    ]
     return np.concatenate(filled)
 
 

@@ -34,7 +34,9 @@ class SamplingParams:
 DEFAULTABLE = ("temperature", "top_k", "top_p", "repetition_penalty")
 
 
-def with_model_defaults(params: SamplingParams, defaults: Mapping[str, Any], given: Collection[str] | None) -> SamplingParams:
+def with_model_defaults(
+    params: SamplingParams, defaults: Mapping[str, Any], given: Collection[str] | None
+) -> SamplingParams:
     """``params`` with the model's defaults in the settings the request did not set (``given``: the names it
     set; None: all of them), as vLLM takes a model's generation_config.json."""
     if given is None:

@@ -146,13 +146,15 @@ class TranslationModel:
             self._encoder_maps([r for r in requests if r.seq.params.return_attention])
             attention = [RowAttention.empty(self.n_layers) if r.seq.params.return_attention else None for r in requests]
         greedy = [r for r in requests if not r.beams]
-        chooser = ChooserRows.create([r.seq.params.sampling or GREEDY for r in greedy], self.vocab_size, (), [0] * len(greedy))
+        sampling = [r.seq.params.sampling or GREEDY for r in greedy]
+        chooser = ChooserRows.create(sampling, self.vocab_size, (), [0] * len(greedy))
         stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
         cross = CrossState(mask, [out[name] for name in self.cross])
         cache = KVCache.empty(B, self.n_layers, self.artifact.n_kv_heads, self.artifact.d_head)
         targets = Targets.empty(B, self.artifact.max_positions)
         next_ids = np.full((B, 1), self.bos, dtype=np.int64)
-        return [], TranslationBatch(self, requests, np.ones(B, np.int64), targets, chooser, stops, attention, cache, cross, next_ids)
+        lengths = np.ones(B, np.int64)
+        return [], TranslationBatch(self, requests, lengths, targets, chooser, stops, attention, cache, cross, next_ids)
 
     def _sources(self, requests: list[_Request]) -> tuple[np.ndarray, np.ndarray]:
         """Source ids and mask, right-padded (as the encoder was trained)."""
@@ -184,7 +186,9 @@ class TranslationModel:
         texts = [self.tokenizer.decode(f.tokens, skip_special_tokens=True) for f in best]
         if req.text is not None:  # the streamed text: stop strings cut it
             texts = [req.text.text]
-        hypotheses = [Hypothesis(t, float(f.score), float(f.logprob), f.tokens) for t, f in zip(texts, best, strict=True)]
+        hypotheses = [
+            Hypothesis(t, float(f.score), float(f.logprob), f.tokens) for t, f in zip(texts, best, strict=True)
+        ]
         self.tokens.inc(sum(len(f.tokens) for f in best))
         attention = self.attention(req, best[0]) if req.seq.params.return_attention and best else None
         return TranslationResult(hypotheses, len(req.seq.src_ids), attention, req.tail)
@@ -380,7 +384,10 @@ class TranslationBatch(SequenceBatch[_Request]):
                 keys = cache.mask[row].astype(bool)  # drop left padding
                 src = int(self.cross.mask[row].sum())  # drop right padding
                 # Copies (the mask indexing copies already): a view would keep every row's step maps.
-                rows.record([out[name][row][:, :, keys] for name in self_maps], [out[name][row][:, :, :src].copy() for name in cross_maps])
+                rows.record(
+                    [out[name][row][:, :, keys] for name in self_maps],
+                    [out[name][row][:, :, :src].copy() for name in cross_maps],
+                )
 
     def _take(self, requests: list[int]) -> TranslationBatch | None:
         if not requests:
