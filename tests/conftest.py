@@ -122,7 +122,7 @@ def tiny_artifacts_with_encoders(tiny_artifacts: Path, tiny_encoder_artifacts: P
 def hf_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Small random transformers checkpoints (tests/hf_checkpoints.py) in ``checkpoints/<family>`` and
     their imports by scripts/import_checkpoint in ``artifacts/<family>``; built once per source version."""
-    from hf_checkpoints import FAMILIES, build_checkpoint
+    from tests.hf_checkpoints import FAMILIES, build_checkpoint
 
     return _imported_checkpoints(request, tmp_path_factory, "hf-imports", list(FAMILIES), build_checkpoint)
 
@@ -132,7 +132,7 @@ def hf_encoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """Small random encoder checkpoints of every import rule (tests/hf_checkpoints.py ENCODER_CHECKPOINTS:
     RoBERTa, XLM-RoBERTa, DistilBERT, a cross-encoder, a sentence-transformers folder, a headless RoBERTa) in
     ``checkpoints/<name>`` and their imports in ``artifacts/<name>``; built once per source version."""
-    from hf_checkpoints import ENCODER_CHECKPOINTS, build_encoder_checkpoint
+    from tests.hf_checkpoints import ENCODER_CHECKPOINTS, build_encoder_checkpoint
 
     names = list(ENCODER_CHECKPOINTS)
     return _imported_checkpoints(request, tmp_path_factory, "hf-encoder-imports", names, build_encoder_checkpoint)
@@ -143,7 +143,7 @@ def hf_decoder_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """Small random Llama, Qwen2 and Mistral checkpoints (tests/hf_checkpoints.py DECODER_CHECKPOINTS: grouped-query
     attention, each rope scaling type, tied and separate heads) in ``checkpoints/<name>`` and their imports in
     ``artifacts/<name>``; built once per source version."""
-    from hf_checkpoints import DECODER_CHECKPOINTS, build_decoder
+    from tests.hf_checkpoints import DECODER_CHECKPOINTS, build_decoder
 
     return _imported_checkpoints(request, tmp_path_factory, "hf-decoder-imports", list(DECODER_CHECKPOINTS),
                                  build_decoder)
@@ -154,7 +154,7 @@ def hf_seq2seq_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """Small random sequence-to-sequence checkpoints beyond Marian and BART (tests/hf_checkpoints.py
     SEQ2SEQ_CHECKPOINTS: M2M100 with language codes) in ``checkpoints/<name>`` and their imports in
     ``artifacts/<name>``; built once per source version."""
-    from hf_checkpoints import SEQ2SEQ_CHECKPOINTS, build_seq2seq
+    from tests.hf_checkpoints import SEQ2SEQ_CHECKPOINTS, build_seq2seq
 
     return _imported_checkpoints(request, tmp_path_factory, "hf-seq2seq-imports", list(SEQ2SEQ_CHECKPOINTS),
                                  build_seq2seq)
@@ -164,7 +164,7 @@ def hf_seq2seq_imports(request: pytest.FixtureRequest, tmp_path_factory: pytest.
 def chat_import(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny GPT-2 checkpoint with a ChatML template in its tokenizer_config.json (tests/chat_checkpoint.py) in
     ``checkpoints/chat`` and its import in ``artifacts/chat``; built once per source version."""
-    from chat_checkpoint import NAME, build_chat_checkpoint
+    from tests.chat_checkpoint import NAME, build_chat_checkpoint
 
     sources = (REPO / "tests" / "chat_checkpoint.py", REPO / "tests" / "chat_templates.py")
     return _imported_checkpoints(request, tmp_path_factory, "hf-chat-import", [NAME], build_chat_checkpoint, sources)
