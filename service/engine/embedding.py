@@ -15,7 +15,7 @@ from service.engine.encoder_batch import encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import Scheduler
+from service.engine.scheduling import Scheduler
 from service.engine.sequence import Emit, Sequence
 from service.engine.task_service import TaskService, TruncationDirection, list_field, too_long
 from service.runtime.artifact import Artifact

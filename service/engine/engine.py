@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from contract.kinds import KINDS
+from contract.weights_package import WeightsPackageError
 from service.engine.classification import ClassificationJob, ClassificationService
 from service.engine.embedding import EmbeddingJob, EmbeddingService
 from service.engine.errors import ModelNotLoaded, Unavailable
@@ -24,7 +25,6 @@ from service.engine.translation_service import TranslationJob, TranslationServic
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions, artifact_sessions
-from contract.weights_package import WeightsPackageError
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -170,5 +170,6 @@ class Engine:
         if not isinstance(service, kind):
             same_task = [name for name, s in self.services.items() if isinstance(s, kind)]
             article = "an" if task[0] in "aeiou" else "a"
-            raise ModelNotLoaded(f"model {model!r} is not {article} {task} model served here; served: {same_task}", "model")
+            message = f"model {model!r} is not {article} {task} model served here; served: {same_task}"
+            raise ModelNotLoaded(message, "model")
         return service

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from tokenizers import Encoding
 
@@ -21,8 +22,9 @@ from service.engine.generation import (
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams, with_model_defaults
-from service.engine.scheduler import Scheduler
+from service.engine.scheduling import Scheduler
 from service.engine.scoring import PromptScorer, TokenScore
+from service.engine.sequence import DecodeModel
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
@@ -83,7 +85,9 @@ class GenerationService(TaskService[GenerationSequence]):
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         super().__init__(artifact, settings)
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
-        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
+        # Its batches are typed over the base Sequence; it only ever gets back the GenerationSequences queued here.
+        model = cast("DecodeModel[GenerationSequence]", self.model)
+        self.scheduler = Scheduler.from_settings(self.name, model, settings, metrics)
         shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
         self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)

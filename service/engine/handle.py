@@ -1,6 +1,6 @@
 """What `submit` returns: the event-loop side of one request's sequences.
 
-The model's worker thread hands events over with one `call_soon_threadsafe` per step (scheduler.py);
+The model's worker thread hands events over with one `call_soon_threadsafe` per step (scheduling/worker.py);
 they land on the handle's queue, and the route reads them with `result()`/`results()` (the final event
 of every sequence) or `events()`/`indexed_events()` (everything, as it comes). Leaving early, through
 the deadline (SERVE_REQUEST_TIMEOUT_S) or because the client went away, cancels the sequences still

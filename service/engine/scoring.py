@@ -17,7 +17,7 @@ import numpy as np
 from service.engine.errors import QueueFull, RequestTimeout
 from service.engine.kv import KVCache
 from service.engine.sampling import log_softmax
-from service.engine.scheduler import MAX_PREFILL_TOKENS
+from service.engine.scheduling import MAX_PREFILL_TOKENS
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
 

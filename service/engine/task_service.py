@@ -11,7 +11,8 @@ from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 from tokenizers import Encoding, Tokenizer
 
-from service.engine.scheduler import Scheduler, SeqT
+from service.engine.scheduling import Scheduler
+from service.engine.sequence import SeqT
 from service.engine.token_count import TokenCount, count_past
 from service.runtime.artifact import Artifact
 from service.settings import Settings

@@ -4,6 +4,7 @@ builds one sequence per source text, and queues them on the model's scheduler.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from tokenizers import Encoding
 
@@ -12,7 +13,8 @@ from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.languages import Languages
 from service.engine.metrics import Metrics
-from service.engine.scheduler import Scheduler
+from service.engine.scheduling import Scheduler
+from service.engine.sequence import DecodeModel
 from service.engine.task_service import TaskService, list_field
 from service.engine.translation import (
     TranslationModel,
@@ -49,7 +51,9 @@ class TranslationService(TaskService[TranslationSequence]):
     ) -> None:
         super().__init__(artifact, settings)
         self.model = TranslationModel(self.name, artifact, encoder, decoder, self.tokenizer, metrics)
-        self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
+        # Its batches are typed over the base Sequence; it only ever gets back the TranslationSequences queued here.
+        model = cast("DecodeModel[TranslationSequence]", self.model)
+        self.scheduler = Scheduler.from_settings(self.name, model, settings, metrics)
         self.languages = Languages(artifact.languages, artifact.forced_bos_token_id, artifact.special_tokens["eos"])
 
     @property

@@ -11,7 +11,7 @@ import pytest
 from service.engine.errors import InferenceFailed, InvalidInput, QueueFull, RequestTimeout, Unavailable
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
-from service.engine.scheduler import MAX_PREFILL_TOKENS, STEP_PREFILL_TOKENS, Scheduler
+from service.engine.scheduling import MAX_PREFILL_TOKENS, STEP_PREFILL_TOKENS, Scheduler
 from service.engine.sequence import Emit, Sequence
 
 

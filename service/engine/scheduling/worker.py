@@ -8,37 +8,32 @@ bounded amount instead of all at once.
 
 The worker runs prefill and decode steps back to back and never waits for the event loop: it hands
 every step's events to the loop with one `call_soon_threadsafe`. The loop only queues sequences
-(`submit`), cancels them, and delivers events to their handles.
+(`submit`), cancels them, and delivers events to their handles. What to admit and when is the
+policy's (policy.py); this module holds the thread, the lock and the hand-off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
-from service.engine.errors import EngineError, InferenceFailed, InvalidInput, QueueFull, Unavailable
+from service.engine.errors import EngineError, InferenceFailed, QueueFull, Unavailable
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics, ModelMetrics
-from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, Sequence, SeqT
+from service.engine.scheduling.policy import SchedulingPolicy
+from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, SeqT, Sequence
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Handle[Any, Any])
-
-# Padded prompt tokens (B * S) per prefill call: prompt scoring computes logits at every position, and
-# older generator graphs do for prefill too. While other sequences are decoding, a group of newcomers gets
-# the smaller budget (one longest prompt of the committed generator, 255 tokens), so a burst of long
-# prompts joins in several groups (each fed in chunks where the model can) rather than all at once.
-MAX_PREFILL_TOKENS = 4096
-STEP_PREFILL_TOKENS = 256
 
 
 Failed = tuple[list[Sequence], EngineError]
@@ -69,8 +64,9 @@ class Scheduler(Generic[SeqT]):
         self.name = name
         self.model = model
         self.max_rows = max_rows
-        self.max_queue_size = max_queue_size
-        self.max_wait_s = max_wait_s
+        self.policy: SchedulingPolicy[SeqT] = SchedulingPolicy(
+            name, max_rows=max_rows, max_queue_size=max_queue_size, max_wait_s=max_wait_s
+        )
         self.metrics = metrics
         self.model_metrics = ModelMetrics.of(metrics, name)
         # While a batch decodes, newcomers' prompts go in chunks of chunk_tokens padded tokens, one per step
@@ -78,8 +74,7 @@ class Scheduler(Generic[SeqT]):
         self._chunked = model if prefill_chunk_tokens > 0 and isinstance(model, ChunkedPrefillModel) else None
         self.chunk_tokens = prefill_chunk_tokens if self._chunked is not None else 0
         self.executor = WorkerExecutor(self)
-        self._cond = threading.Condition()  # guards _waiting, _jobs, _inflight, _stopping
-        self._waiting: deque[SeqT] = deque()
+        self._cond = threading.Condition()  # guards the policy's queue, _jobs, _inflight, _stopping
         self._jobs: list[tuple[Future[Any], Callable[[], Any]]] = []
         self._inflight: list[SeqT] = []  # prefilling or in the batch: what stop() must fail
         self._stopping = False
@@ -109,7 +104,7 @@ class Scheduler(Generic[SeqT]):
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self.policy.waiting)
 
     # --- the event loop's side ---------------------------------------------------------------------
 
@@ -123,8 +118,8 @@ class Scheduler(Generic[SeqT]):
         """Fail everything queued or running with `error` (idempotent); the worker exits after its step."""
         with self._cond:
             self._stopping = True
-            victims = [*self._waiting, *self._inflight]
-            self._waiting.clear()
+            victims = [*self.policy.waiting, *self._inflight]
+            self.policy.waiting.clear()
             jobs, self._jobs = self._jobs, []
             self._cond.notify_all()
         for future, _ in jobs:
@@ -132,32 +127,27 @@ class Scheduler(Generic[SeqT]):
         self._deliver([], [(list(victims), error)])
         self._set_gauges()
 
+    @overload
+    def submit(self, sequences: list[SeqT], deadline: float | None, field: str) -> Handle[Any, Any]: ...
+
+    @overload
+    def submit(self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[H]) -> H: ...
+
     def submit(
-        self,
-        sequences: list[SeqT],
-        deadline: float | None,
-        field: str,
-        kind: type[H] = Handle,  # type: ignore[assignment]
-    ) -> H:
+        self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[Handle[Any, Any]] = Handle
+    ) -> Handle[Any, Any]:
         """Queue all sequences or none, 429 the same way for one and for many; `field` names the request
         field that makes many (texts, prompts, choices) in the 422 for more than the queue could ever hold."""
-        if len(sequences) > self.max_queue_size:
-            raise InvalidInput(f"at most {self.max_queue_size} items per request (SERVE_MAX_QUEUE_SIZE)", field)
-        for seq in sequences:
-            if seq.rows > self.max_rows:
-                raise InvalidInput(f"needs {seq.rows} batch rows but SERVE_MAX_BATCH_SIZE is {self.max_rows}")
+        self.policy.check_request(sequences, field)
         handle = kind(self.name, list(sequences), deadline, self.cancel)
         with self._cond:
             if self._stopping:
                 raise Unavailable(f"{self.name}: the model is stopped")
-            if len(self._waiting) + len(sequences) > self.max_queue_size:
+            try:
+                self.policy.enqueue(sequences)
+            except QueueFull:
                 self.model_metrics.queue_full.inc()
-                waiting = len(self._waiting)
-                raise QueueFull(f"{self.name}: queue is full ({waiting} waiting, limit {self.max_queue_size})")
-            now = time.perf_counter()
-            for seq in sequences:
-                seq.enqueued = now
-            self._waiting.extend(sequences)
+                raise
             self._cond.notify()
         self._set_gauges()
         return handle
@@ -167,11 +157,8 @@ class Scheduler(Generic[SeqT]):
         with self._cond:
             for seq in sequences:
                 seq.cancelled = True
-            gone = {id(s) for s in sequences}
-            kept = [s for s in self._waiting if id(s) not in gone]
-            dropped = len(self._waiting) - len(kept)
+            dropped = self.policy.drop(sequences)
             if dropped:
-                self._waiting = deque(kept)
                 self.model_metrics.cancelled.inc(dropped)
         self._set_gauges()
 
@@ -242,7 +229,7 @@ class Scheduler(Generic[SeqT]):
         """Block while idle; then the jobs to run and the newcomers to prefill (None: stop)."""
         with self._cond:
             idle = self._batch is None and self._prompts is None
-            while not (self._stopping or self._jobs or self._waiting) and idle:
+            while not (self._stopping or self._jobs or self.policy.waiting) and idle:
                 self._cond.wait()
             self._wait_for_company()
             if self._stopping:
@@ -255,42 +242,17 @@ class Scheduler(Generic[SeqT]):
             return jobs, newcomers
 
     def _wait_for_company(self) -> None:
-        """Batching waits only when there is something to wait for: a lone arrival at an idle model runs
-        at once (nobody else is coming yet), and a running batch never waits (newcomers join at the next
-        step). Several arrivals at an idle model are a burst: give it max_wait_s from the oldest arrival
-        to fill the batch, so it prefills as one."""
-        while (
-            self._batch is None
-            and self._prompts is None
-            and not (self._stopping or self._jobs)
-            and len(self._waiting) > 1
-            and sum(s.rows for s in self._waiting) < self.max_rows
-        ):
-            remaining = self._waiting[0].enqueued + self.max_wait_s - time.perf_counter()
+        """Wait as long as the policy says a burst may gather (never with jobs to run or when stopping)."""
+        while not (self._stopping or self._jobs):
+            remaining = self.policy.company_wait(idle=self._batch is None and self._prompts is None)
             if remaining <= 0:
                 return
             self._cond.wait(remaining)
 
     def _admit(self) -> list[SeqT]:
-        """Move waiting sequences into the batch while their rows fit (first come, first served), and
-        while the padded prefill stays within the step's token budget (a first one always fits)."""
-        free = self.max_rows - (self._batch.rows if self._batch else 0)
-        budget = MAX_PREFILL_TOKENS if self._batch is None else STEP_PREFILL_TOKENS
-        admitted: list[SeqT] = []
-        longest = 0
-        now = time.perf_counter()
-        while self._waiting and self._waiting[0].rows <= free:
-            seq = self._waiting[0]
-            if admitted and max(longest, seq.prefill_tokens) * (len(admitted) + 1) > budget:
-                break
-            self._waiting.popleft()
-            longest = max(longest, seq.prefill_tokens)
-            free -= seq.rows
-            self.model_metrics.queue_time.observe(now - seq.enqueued)
-            seq.admitted = now
-            if seq.timing is not None:
-                seq.timing.admit(seq.enqueued, now)
-            admitted.append(seq)
+        admitted = self.policy.admit(self._batch.rows if self._batch is not None else None)
+        for seq in admitted:
+            self.model_metrics.queue_time.observe((seq.admitted or seq.enqueued) - seq.enqueued)
         return admitted
 
     def _prefill(self, newcomers: list[SeqT], failures: list[Failed]) -> list[Emit]:
@@ -360,13 +322,11 @@ class Scheduler(Generic[SeqT]):
     def _hand_over(self, emits: list[Emit], failures: list[Failed]) -> None:
         """The step's one hand-off to the event loop, for every sequence at once."""
         if (emits or failures) and self._loop is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
                 self._loop.call_soon_threadsafe(self._deliver, emits, failures)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                pass
 
     def _set_gauges(self) -> None:
-        self.model_metrics.queue_depth.set(len(self._waiting))
+        self.model_metrics.queue_depth.set(len(self.policy.waiting))
         inflight = list(self._inflight)
         self.model_metrics.running.set(len(inflight))
         self.model_metrics.running_rows.set(sum(s.rows for s in inflight))
