@@ -7,12 +7,26 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import chat, classify, completions, embeddings, generate, health, hf, models, tei, tokenizer, translate
+from service.api import (
+    chat,
+    classify,
+    completions,
+    embeddings,
+    generate,
+    health,
+    hf,
+    models,
+    tei,
+    tgi,
+    tokenizer,
+    translate,
+)
 from service.api.auth import ApiKeyMiddleware
 from service.api.budget import BudgetMiddleware
 from service.api.docs import install_docs
@@ -49,7 +63,7 @@ Clients: OpenAI SDKs (`/v1`), Hugging Face TGI, TEI and Inference API clients (`
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
 # configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)}
 
 
 async def _warm_up(engine: Engine, enabled: bool) -> None:
@@ -106,6 +120,18 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.inflight = InFlight()
     install_error_handlers(app)
     install_openapi(app)
+    _add_middleware(app, settings, metrics)
+    # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
+    for module in (translate, generate, completions, chat, classify, embeddings, tei, tgi, hf, models, tokenizer):
+        app.include_router(module.router, responses=tei.TEI_ERRORS if module is tei else ERRORS)
+    app.include_router(health.router)
+    app.include_router(metrics_router)
+    install_docs(app)
+    install_playground(app)
+    return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     # Outermost last: 500s -> metrics and drain refusal -> API key (before any body is read) -> body limit
     # -> the request's lease on the attention budget (given back once the response is sent).
     attention_budget = Budget(settings.max_attention_values_in_flight, "SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT")
@@ -128,14 +154,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time", "retry-after"],
         )
     app.add_middleware(SecurityHeadersMiddleware)  # outermost of all: every response carries them
-    # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
-    for module in (translate, generate, completions, chat, classify, embeddings, tei, hf, models, tokenizer):
-        app.include_router(module.router, responses=tei.TEI_ERRORS if module is tei else ERRORS)  # type: ignore[arg-type]
-    app.include_router(health.router)
-    app.include_router(metrics_router)
-    install_docs(app)
-    install_playground(app)
-    return app
 
 
 def begin_drain(app: FastAPI) -> None:
@@ -154,4 +172,5 @@ async def cut_off(app: FastAPI) -> None:
 
 
 def inflight(app: FastAPI) -> int:
-    return app.state.inflight.count  # type: ignore[no-any-return]
+    count: int = app.state.inflight.count
+    return count

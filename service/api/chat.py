@@ -24,9 +24,9 @@ from service.api.chat_schemas import (
     ChatTokenLogprob,
     ChatTopLogprob,
 )
-from service.api.openai_common import FINISH, openai_job, openai_stream, usage
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ApiError, fields_as_sent
+from service.api.openai_common import FINISH, openai_job, openai_stream, usage
 from service.api.sse import sse, streaming_response
 from service.api.tracing import new_request_id
 from service.engine.engine import Engine
@@ -171,7 +171,7 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, generator.name, chat=True)
     with fields_as_sent({"max_new_tokens": body.max_tokens_field}):
-        handle = await generator.submit(job)
+        handle = await engine.submit(job)
     prompt_tokens = len(handle.prompt_ids[0])
     if body.stream:
         chunks = _ChatChunks(generator.name, body, prompt_tokens, generator)

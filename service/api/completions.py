@@ -183,7 +183,7 @@ class _Chunks:
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
     generator = engine.require_generator(body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
     with fields_as_sent(FIELDS):
-        handle = await generator.submit(_job(body, body.model))
+        handle = await engine.submit(_job(body, generator.name))
     prompt_ids = handle.prompt_ids
     scores = await unless_disconnected(request, handle.prompt_scores())
     echoes = _echoes(body, prompt_ids, generator)

@@ -13,8 +13,9 @@ from fastapi.responses import Response as HttpResponse
 from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.schemas import MAX_EMBEDDING_INPUTS, EmbeddingInputs, Request as StrictRequest, Response
-from service.engine.embedding import EmbedInput, Embedding, EmbeddingJob
+from service.api.schemas import MAX_EMBEDDING_INPUTS, EmbeddingInputs, Response
+from service.api.schemas import Request as StrictRequest
+from service.engine.embedding import Embedding, EmbeddingJob, EmbedInput
 
 router = APIRouter(tags=["openai"])
 

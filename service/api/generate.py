@@ -8,19 +8,17 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.responses import large_json
+from service.api.sampling import sampling_given, sampling_params, stop_strings
 from service.api.schemas import (
     GeneratedToken,
     GenerateRequest,
     GenerateResponse,
-    OpenAISampling,
     TopLogprob,
-    TranslateRequest,
     Usage,
 )
 from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
-from service.engine.sampling import DEFAULTABLE, SamplingParams
 
 router = APIRouter(tags=["generation"])
 
@@ -28,28 +26,6 @@ STREAM_DOC = stream_doc(
     "`event: token` per token (`{type, index, id, text, special, logprob?}`), then `event: done` "
     "(`{type, text, finish_reason, usage, seed}`)"
 )
-
-
-def sampling_params(body: GenerateRequest | OpenAISampling | TranslateRequest, **more: Any) -> SamplingParams:
-    """The sampling options /v1/generate, the OpenAI routes and /v1/translate (with do_sample) share, and
-    `more` of the OpenAI routes' own."""
-    return SamplingParams(
-        temperature=body.temperature,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        repetition_penalty=body.repetition_penalty,
-        seed=body.seed,
-        **more,
-    )
-
-
-def sampling_given(body: GenerateRequest | OpenAISampling) -> frozenset[str]:
-    """The sampling settings the client set (the others take the model's defaults, where it has some)."""
-    return frozenset(body.model_fields_set & set(DEFAULTABLE))
-
-
-def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
-    return (stop,) if isinstance(stop, str) else tuple(stop or ())
 
 
 def _job(body: GenerateRequest) -> GenerationJob:

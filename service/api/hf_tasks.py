@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.api.errors import ApiError
 from contract.kinds import TASKS
+from service.api.errors import ApiError
 
 # The Inference API tasks a model of each of our tasks answers (its pipeline tag first).
 EXTRA_TASKS: dict[str, tuple[str, ...]] = {"embedding": ("sentence-similarity",)}

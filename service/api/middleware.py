@@ -7,10 +7,9 @@ import contextlib
 import time
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.asgi import HttpMiddleware
 from service.api.errors import error_response, internal_error_response, log_internal_error

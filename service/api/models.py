@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from contract.cards import no_use_summary, use_summary
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import ModelCard, ModelList
-from contract.cards import no_use_summary, use_summary
 from service.engine.engine import Engine, ModelInfo
 
 router = APIRouter(tags=["models"])

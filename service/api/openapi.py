@@ -27,7 +27,6 @@ from service.api.hf import DISPATCH_BODIES
 from service.api.hf_embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
 from service.api.hf_tasks import served_tasks
 from service.api.openapi_limits import add_runtime_limits
-from service.api.served import services
 from service.api.tei import reranker_or_none
 from service.engine.engine import Engine
 
@@ -80,7 +79,7 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
     if engine is None:
         return
     components = schema.get("components", {}).get("schemas", {})
-    served = list(services(engine))
+    served = list(engine.served())
     for component, task in MODEL_FIELDS.items():
         if component in components:
             _name_models(components[component], engine.model_names(task) if task else served)
@@ -118,7 +117,7 @@ def _name_models(component: dict[str, Any], names: list[str]) -> None:
 def _example_token_ids(components: dict[str, Any], engine: Engine) -> None:
     """Detokenize's example: the ids of tokenize's example text, in the vocabulary of the model it names."""
     detokenize, tokenize = components.get("DetokenizeRequest"), components.get("TokenizeRequest")
-    by_name = services(engine)
+    by_name = engine.served()
     if detokenize is None or tokenize is None or not by_name:
         return
     text = tokenize["examples"][0]["prompt"]
@@ -130,7 +129,7 @@ def _example_token_ids(components: dict[str, Any], engine: Engine) -> None:
 def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
     """POST /: its default model's request; POST /models/{name}: one operation per served model."""
     paths: dict[str, Any] = schema["paths"]
-    by_name = services(engine)
+    by_name = engine.served()
     root = paths.get("/", {}).get("post")
     if root is not None and by_name:
         default = next(iter(by_name.values()))
@@ -176,7 +175,7 @@ def _pipeline_by_model(schema: dict[str, Any], engine: Engine) -> None:
     if templated is None:
         return
     operations = {}
-    for name, service in services(engine).items():
+    for name, service in engine.served().items():
         for task in served_tasks(service.artifact.task):
             body = TASK_BODIES.get(task, DISPATCH_BODIES[service.artifact.task])
             if body.__name__ not in schema.get("components", {}).get("schemas", {}):

@@ -12,7 +12,6 @@ from typing import Any
 
 from service.api.chat import chat_models
 from service.api.schemas import TOKEN_ID_DIGITS
-from service.api.served import services
 from service.engine.engine import Engine
 from service.engine.generation_service import GenerationService
 from service.engine.translation_service import MAX_BEAMS, TranslationService
@@ -162,7 +161,7 @@ def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
 def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     components: dict[str, Schema] = schema.get("components", {}).get("schemas", {})
     settings = engine.settings
-    by_name = services(engine)
+    by_name = engine.served()
     generators = {n: s for n, s in by_name.items() if isinstance(s, GenerationService)}
     translators = {n: s for n, s in by_name.items() if isinstance(s, TranslationService)}
     default = next(iter(by_name), None)

@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from service.engine.attention import AttentionMap
 
-
 T = TypeVar("T")
 _serializer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-json")
 

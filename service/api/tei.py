@@ -21,7 +21,7 @@ from service.api.schemas import (
     truncation_side,
 )
 from service.engine.classification import ClassificationJob, ClassificationService
-from service.engine.embedding import EmbedInput, EmbeddingJob, EmbeddingService
+from service.engine.embedding import EmbeddingJob, EmbeddingService, EmbedInput
 from service.engine.engine import Engine
 
 router = APIRouter(tags=["text embeddings inference"])

@@ -14,7 +14,6 @@ from starlette.applications import Starlette
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
 from service.api.schemas import NonEmptyText, Request, Response
-from service.api.served import service_named
 from service.api.worker_slots import WorkerSlots
 from service.engine.token_count import count_past
 
@@ -79,7 +78,7 @@ class DetokenizeResponse(Response):
 
 @router.post("/tokenize", response_model=TokenizeResponse)
 async def tokenize(body: TokenizeRequest, engine: EngineDep, request: HttpRequest) -> HttpResponse:
-    service = service_named(engine, body.model)
+    service = engine.resolve(body.model)
     limit = request.app.state.settings.max_tokenize_tokens
 
     def work() -> bytes:  # on a worker thread: tokenizing, the lists and their JSON; the Encoding dies here too
@@ -103,7 +102,7 @@ async def tokenize(body: TokenizeRequest, engine: EngineDep, request: HttpReques
 
 @router.post("/detokenize", response_model=DetokenizeResponse)
 async def detokenize(body: DetokenizeRequest, engine: EngineDep, request: HttpRequest) -> DetokenizeResponse:
-    service = service_named(engine, body.model)
+    service = engine.resolve(body.model)
     limit = request.app.state.settings.max_tokenize_tokens
     if len(body.tokens) > limit:
         raise too_many_tokens(len(body.tokens), limit, "tokens")
@@ -120,7 +119,7 @@ async def detokenize(body: DetokenizeRequest, engine: EngineDep, request: HttpRe
 @router.get("/tokenizer_info")
 async def tokenizer_info(engine: EngineDep, model: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     """The tokenizer's configuration, in the keys of a Hugging Face `tokenizer_config.json` (as vLLM)."""
-    service = service_named(engine, model)
+    service = engine.resolve(model)
     a = service.artifact
     names = {role: service.tokenizer.id_to_token(i) for role, i in a.special_tokens.items()}
     return {

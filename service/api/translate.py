@@ -8,12 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.generate import sampling_params, stop_strings
 from service.api.responses import large_json
+from service.api.sampling import translation_params
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
 from service.api.sse import event_stream, sse, stream_doc
-from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationParams, TranslationPiece, TranslationResult
+from service.engine.translation import TranslationPiece, TranslationResult
 from service.engine.translation_service import TranslationJob
 
 router = APIRouter(tags=["translation"])
@@ -22,21 +21,6 @@ STREAM_DOC = stream_doc(
     "`event: token` per target token (`{type, index, id, text}`), then `event: done` "
     "(`{type, translation}`, the same object as in `translations`)"
 )
-
-
-# The TranslationParams fields that the request carries as they are; sampling and stop are built from it.
-AS_GIVEN = frozenset(
-    {"num_beams", "n_best", "length_penalty", "max_new_tokens", "no_repeat_ngram_size", "return_attention", "stream"}
-)
-
-
-def translation_params(body: TranslateRequest) -> TranslationParams:
-    sampling = None
-    if body.do_sample:
-        sampling = sampling_params(body)
-    elif body.repetition_penalty != 1.0:
-        sampling = SamplingParams(temperature=0.0, repetition_penalty=body.repetition_penalty)
-    return TranslationParams(sampling=sampling, stop=stop_strings(body.stop), **body.model_dump(include=AS_GIVEN))
 
 
 def _translation(result: TranslationResult, n_best: int) -> Translation:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from contract.kinds import KINDS
 from contract.weights_package import WeightsPackageError
@@ -29,10 +30,21 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-S = TypeVar("S")
-
 Service = TranslationService | GenerationService | ClassificationService | EmbeddingService
 Job = TranslationJob | GenerationJob | ClassificationJob | EmbeddingJob
+S = TypeVar("S")
+ServiceFactory = Callable[[Artifact, dict[str, GraphSession], Settings, Metrics], Service]
+
+# Each task's service, built from its artifact and graph sessions (contract/kinds.py names the roles).
+SERVICES: dict[str, ServiceFactory] = {
+    "translation": lambda a, s, settings, metrics: TranslationService(a, s["encoder"], s["decoder"], settings, metrics),
+    "generation": lambda a, s, settings, metrics: GenerationService(a, s["decoder"], settings, metrics),
+    "classification": lambda a, s, settings, metrics: ClassificationService(a, s["encoder"], settings, metrics),
+    "embedding": lambda a, s, settings, metrics: EmbeddingService(a, s["encoder"], settings, metrics),
+}
+# A request that names no model and no task (TGI, the Inference API's POST /, the tokenizer routes) is
+# about text generation where a generator is loaded: the tasks' defaults in this order come first.
+DEFAULT_ORDER = ("generation", "translation", "classification", "embedding")
 
 
 @dataclass
@@ -48,13 +60,9 @@ class Engine:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.models: dict[str, ModelInfo] = {}
-        # Every loaded model by name; the four below are each task's default (its first in SERVE_MODELS),
-        # which serves requests that name no model.
+        # Every loaded model by name, in SERVE_MODELS order: a task's first is its default, which serves
+        # requests that name no model.
         self.services: dict[str, Service] = {}
-        self.translator: TranslationService | None = None
-        self.generator: GenerationService | None = None
-        self.classifier: ClassificationService | None = None
-        self.embedder: EmbeddingService | None = None
         self.ready = False
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
@@ -94,20 +102,7 @@ class Engine:
                 raise ArtifactError(f"{artifact.folder}: {exc}") from None
             sessions = artifact_sessions(name, artifact.graphs, options, initializers, artifact.dims)
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
-            args = (self.settings, self.metrics)
-            service: Service
-            if artifact.task == "translation":
-                service = TranslationService(artifact, sessions["encoder"], sessions["decoder"], *args)
-                self.translator = service if self.translator is None else self.translator
-            elif artifact.task == "generation":
-                service = GenerationService(artifact, sessions["decoder"], *args)
-                self.generator = service if self.generator is None else self.generator
-            elif artifact.task == "embedding":
-                service = EmbeddingService(artifact, sessions["encoder"], *args)
-                self.embedder = service if self.embedder is None else self.embedder
-            else:
-                service = ClassificationService(artifact, sessions["encoder"], *args)
-                self.classifier = service if self.classifier is None else self.classifier
+            service = SERVICES[artifact.task](artifact, sessions, self.settings, self.metrics)
             service.tokenizer_work = self.tokenizer_work
             self.services[name] = service
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
@@ -130,46 +125,89 @@ class Engine:
         await asyncio.gather(*(service.warmup() for service in self.services.values()))
         log.info("warm-up finished in %.2fs", time.perf_counter() - started)
 
+    @overload
+    async def submit(self, job: GenerationJob) -> GenerationHandle: ...
+
+    @overload
+    async def submit(self, job: Job) -> Handle[Any, Any]: ...
+
     async def submit(self, job: Job) -> Handle[Any, Any]:
         """Validate and queue a job on its model (`job.model`, or the task's default); raises an
-        EngineError (422, 404, 429) with nothing queued. Long texts are tokenized off the event loop."""
+        EngineError (422, 404, 429) with nothing queued. Long texts are tokenized off the event loop.
+        Every protocol's requests come through here."""
         if isinstance(job, GenerationJob):
-            return await self.submit_generation(job)
+            return await self.require_generator(job.model).submit(job)
         if isinstance(job, TranslationJob):
             return await self.require_translator(job.model).submit(job)
         if isinstance(job, EmbeddingJob):
             return await self.require_embedder(job.model).submit(job)
         return await self.require_classifier(job.model).submit(job)
 
-    async def submit_generation(self, job: GenerationJob) -> GenerationHandle:
-        return await self.require_generator(job.model).submit(job)
-
     def model_names(self, task: str) -> list[str]:
         """The loaded models of ``task``, the default (first) one first."""
-        return [name for name, info in self.models.items() if info.artifact.task == task]
+        return [name for name, service in self.services.items() if service.artifact.task == task]
+
+    def served(self) -> dict[str, Service]:
+        """Every loaded model by name, the tasks' defaults first (DEFAULT_ORDER)."""
+        defaults = [self._default(task) for task in DEFAULT_ORDER]
+        return {s.name: s for s in defaults if s is not None} | self.services
+
+    def resolve(self, name: str | None, task: str | None = None, field: str = "model") -> Service:
+        """The one place a request's model is found: ``name`` (of ``task``, when a route serves one task),
+        or the default when ``name`` is None. Raises ModelNotLoaded (404) naming ``field``."""
+        if name is None:
+            default = self._default(task) if task else next(iter(self.served().values()), None)
+            if default is None:
+                what = f"no {task} model is loaded" if task else "no model is loaded"
+                raise ModelNotLoaded(f"{what} (SERVE_MODELS={','.join(self.settings.models)})")
+            return default
+        service = self.services.get(name)
+        if service is None or (task is not None and service.artifact.task != task):
+            if task is None:
+                served = ", ".join(repr(n) for n in self.served())
+                raise ModelNotLoaded(f"model {name!r} is not served here; served: {served}", field)
+            article = "an" if task[0] in "aeiou" else "a"
+            message = f"model {name!r} is not {article} {task} model served here; served: {self.model_names(task)}"
+            raise ModelNotLoaded(message, field)
+        return service
+
+    def _default(self, task: str) -> Service | None:
+        return next((s for s in self.services.values() if s.artifact.task == task), None)
+
+    # The task services' own interfaces, typed (the same resolver).
+    @property
+    def translator(self) -> TranslationService | None:
+        return _as(self._default("translation"), TranslationService)
+
+    @property
+    def generator(self) -> GenerationService | None:
+        return _as(self._default("generation"), GenerationService)
+
+    @property
+    def classifier(self) -> ClassificationService | None:
+        return _as(self._default("classification"), ClassificationService)
+
+    @property
+    def embedder(self) -> EmbeddingService | None:
+        return _as(self._default("embedding"), EmbeddingService)
 
     def require_translator(self, model: str | None = None) -> TranslationService:
-        return self._require(self.translator, TranslationService, "translation", model)
+        return _must(self.resolve(model, "translation"), TranslationService)
 
     def require_generator(self, model: str | None = None) -> GenerationService:
-        return self._require(self.generator, GenerationService, "generation", model)
+        return _must(self.resolve(model, "generation"), GenerationService)
 
     def require_classifier(self, model: str | None = None) -> ClassificationService:
-        return self._require(self.classifier, ClassificationService, "classification", model)
+        return _must(self.resolve(model, "classification"), ClassificationService)
 
     def require_embedder(self, model: str | None = None) -> EmbeddingService:
-        return self._require(self.embedder, EmbeddingService, "embedding", model)
+        return _must(self.resolve(model, "embedding"), EmbeddingService)
 
-    def _require(self, default: S | None, kind: type[S], task: str, model: str | None) -> S:
-        """The named model (it must serve ``task``), or the task's default when ``model`` is None."""
-        if model is None:
-            if default is None:
-                raise ModelNotLoaded(f"no {task} model is loaded (SERVE_MODELS={','.join(self.settings.models)})")
-            return default
-        service = self.services.get(model)
-        if not isinstance(service, kind):
-            same_task = [name for name, s in self.services.items() if isinstance(s, kind)]
-            article = "an" if task[0] in "aeiou" else "a"
-            message = f"model {model!r} is not {article} {task} model served here; served: {same_task}"
-            raise ModelNotLoaded(message, "model")
-        return service
+
+def _as(service: Service | None, kind: type[S]) -> S | None:
+    return service if isinstance(service, kind) else None
+
+
+def _must(service: Service, kind: type[S]) -> S:
+    assert isinstance(service, kind), f"{service.name} is a {type(service).__name__}"  # SERVICES builds by task
+    return service
