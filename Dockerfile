@@ -38,7 +38,7 @@ RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
 
 # ---------------------------------------------------------------- int8: the variants git does not hold
 # Large imported models (artifacts/classifier-minilm) are committed without their dynamic-int8 graph;
-# model/int8.py (onnx + onnxruntime only, pinned as in pyproject.toml) adds it to each graph whose
+# model/export/int8.py (onnx + onnxruntime only, pinned as in pyproject.toml) adds it to each graph whose
 # config.json has "int8_file": null, so SERVE_QUANTIZATION=int8 finds it in the image.
 FROM ${PYTHON_IMAGE} AS int8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
@@ -46,7 +46,7 @@ WORKDIR /src
 COPY pyproject.toml ./
 RUN python -m venv /opt/quantize \
  && /opt/quantize/bin/pip install $(grep -oE '"(onnx|onnxruntime|numpy)==[^"]+"' pyproject.toml | tr -d '"')
-COPY model/int8.py ./
+COPY model/export/int8.py ./
 COPY artifacts ./artifacts
 RUN /opt/quantize/bin/python int8.py artifacts
 

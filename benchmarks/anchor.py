@@ -4,7 +4,7 @@
     python -m benchmarks.anchor [--artifacts artifacts] [--rounds 3] [--threads 2] [--out bench_results/anchor.json]
 
 Models, all with the dimensions of --artifacts and random weights (nothing is downloaded):
-  - ours: the artifacts re-exported with random weights by model/export.py (a trained translator stops at
+  - ours: the artifacts re-exported with random weights by model/export/graphs.py (a trained translator stops at
     its end token early; /v1/translate has no way to force a length), served by `python -m service`
     (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by benchmarks/serving.py's client;
     --ours as-is serves --artifacts themselves (e.g. tiny random ones);
@@ -16,7 +16,7 @@ Models, all with the dimensions of --artifacts and random weights (nothing is do
     (the BERT conversion stops at the pooler: the 2-label head, and the embedder's mean pooling and
     normalisation of last_hidden_state, run in numpy).
   - the Llama-shaped rows (--llama-size): a random transformers LlamaForCausalLM (grouped-query attention,
-    SwiGLU, rope) built here, imported by our importer (model/hf_artifact.py) and served by a server of its
+    SwiGLU, rope) built here, imported by our importer (model/importing/hf_artifact.py) and served by a server of its
     own, converted for CTranslate2 from the same weights; no HF eager row. Before measuring, ours in process
     and CTranslate2 decode a few prompts greedily and the run prints whether their tokens agree;
   - the floor: benchmarks/http_floor.py, a server that answers the same requests at once with no work,

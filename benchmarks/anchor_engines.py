@@ -61,8 +61,8 @@ def export_random(artifacts: Path, out: Path, kinds: tuple[str, ...] = KINDS) ->
     the embedder is the served one, linked (an encoder's speed does not depend on its weights)."""
     import torch
 
-    from model.checkpoint import artifact_config
-    from model.export import MODEL_CLASSES, export_model
+    from model.training.checkpoint import artifact_config
+    from model.export.graphs import MODEL_CLASSES, export_model
 
     for kind in kinds:
         if kind == EMBEDDER:
@@ -190,7 +190,7 @@ def save_llama(folder: Path, size: str) -> None:
 def build_llama(work: Path, size: str) -> Path:
     """The Llama-shaped checkpoint, its CTranslate2 conversion and our import of it (cached in `work`);
     returns the folder our server serves (it holds the artifact `llama`)."""
-    from model.hf_artifact import import_to_artifact
+    from model.importing.hf_artifact import import_to_artifact
 
     folder = llama_folder(work, size)
     hf_dir, ct2_dir, served = folder / "hf", folder / "ct2", llama_served(work, size)

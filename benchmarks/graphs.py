@@ -28,10 +28,10 @@ import onnxruntime as ort
 import torch
 from tokenizers import Tokenizer
 
-from model.checkpoint import load_trained
-from model.config import CONFIG_CLASSES
-from model.export import MODEL_CLASSES, round_weights_to_fp16
-from model.translator import Translator
+from model.training.checkpoint import load_trained
+from model.network.config import CONFIG_CLASSES
+from model.export.graphs import MODEL_CLASSES, round_weights_to_fp16
+from model.network.translator import Translator
 
 CONTEXT = 256
 

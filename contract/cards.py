@@ -1,7 +1,7 @@
 """What a model card says a model is for, in one line.
 
 card.json's ``intended_use`` (a phrase) and ``domains`` (what it was trained on) are written by the
-exporter from model/intended_use.py; this line is what GET /v1/models answers as ``summary`` and what
+exporter from model/training/intended_use.py; this line is what GET /v1/models answers as ``summary`` and what
 card.md opens its "Intended use" section with. Standard library only (the server and model/ share it).
 """
 

@@ -1,6 +1,6 @@
 """golden.json: what an export recorded about its own artifact, and the start-up checks against it.
 
-The export (model/golden.py) records three things the server can recompute from the files it is about
+The export (model/export/golden.py) records three things the server can recompute from the files it is about
 to serve:
 
 - each graph's outputs for fixed inputs (``golden.json[<role>]``) and the sha256 of each graph file

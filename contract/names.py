@@ -93,7 +93,7 @@ def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> Grap
         optional_inputs=(LOGITS_TO_KEEP,) if logits_to_keep else (),
     )
 
-# The server's scoring head (service/engine/top_logprobs.onnx, built by model/scoring_graph.py): logits
+# The server's scoring head (service/engine/top_logprobs.onnx, built by model/export/scoring_graph.py): logits
 # [rows, vocab] and k [1] in; each row's k best log-probabilities and their token ids out, best first.
 TOP_K = "k"
 TOP_LOGPROBS = "top_logprobs"

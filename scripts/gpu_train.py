@@ -32,7 +32,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from model.packed_run import pack_run, unpack_run
+from model.training.packed_run import pack_run, unpack_run
 
 PACK = Path(".gpu")
 RESULTS = Path("/tmp/gpu-results")  # on the lent machine: kept between calls while it stays warm
@@ -53,7 +53,7 @@ def pack(data: Path, runs: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from model.pretrained_classifier import fetch_minilm
+    from model.training.pretrained_classifier import fetch_minilm
 
     shutil.rmtree(PACK, ignore_errors=True)
     (PACK / "tr").mkdir(parents=True)

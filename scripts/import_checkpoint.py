@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from model.hf_artifact import import_to_artifact
-from model.hf_import import CheckpointError
+from model.importing.hf_artifact import import_to_artifact
+from model.importing.hf_import import CheckpointError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, upda
 from model.data.parallel_sources import PARALLEL_SOURCES, read_source
 from model.data.generation import build_generation, read_documents
 from model.data.translation import build_translation
-from model.tokenization import DEFAULT_VOCAB_SIZE, TRAINERS
+from model.training.tokenization import DEFAULT_VOCAB_SIZE, TRAINERS
 
 
 def translator_texts(data_dir: Path) -> Iterator[str]:

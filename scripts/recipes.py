@@ -17,11 +17,11 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from model.card import count_parameters, plot_learning_curve, write_card
-from model.config import TranslatorConfig
-from model.tokenization import SPECIAL_TOKENS
-from model.training import TrainSettings, TrainState, load_weights, train
-from model.translator import Translator
+from model.training.card import count_parameters, plot_learning_curve, write_card
+from model.network.config import TranslatorConfig
+from model.training.tokenization import SPECIAL_TOKENS
+from model.training.loop import TrainSettings, TrainState, load_weights, train
+from model.network.translator import Translator
 
 
 @dataclass
@@ -82,9 +82,9 @@ def carried_state(card: dict[str, Any]) -> TrainState:
 def starting_point(args: RecipeArgs, kind: str) -> StartingPoint:
     """Resume runs/<kind>/ when it is there; else the stable run committed beside the artifact; else the
     weights of its graphs (cooled down: the stable phase warms up again); else start from scratch."""
-    from model.checkpoint import weights_from_artifact
+    from model.training.checkpoint import weights_from_artifact
 
-    from model.packed_run import committed_run, unpack_run
+    from model.training.packed_run import committed_run, unpack_run
 
     artifact = args.artifacts_dir / kind
     fresh_run = not (args.run_dir / "resume.pt").exists()
@@ -226,7 +226,7 @@ def export_and_measure_translation(run_dir: Path, card: dict[str, Any], args: Re
     """Export the cooled-down weights to <run>/export/translator/ and measure them through the server."""
     import asyncio
 
-    from model.checkpoint import export_checkpoint
+    from model.training.checkpoint import export_checkpoint
     from scripts.evaluate_translation import evaluate
 
     finish_card(run_dir, card, examples=False)  # the export copies the card (and its curve) into the artifact
@@ -253,10 +253,10 @@ def finish_card(run_dir: Path, card: dict[str, Any], examples: bool = True) -> N
 
 
 def train_generator(args: RecipeArgs) -> None:
-    from model.config import GeneratorConfig
-    from model.decoding import generate
-    from model.generator import Generator
-    from model.ngram import KneserNeyLM
+    from model.network.config import GeneratorConfig
+    from model.network.decoding import generate
+    from model.network.generator import Generator
+    from model.training.ngram import KneserNeyLM
     from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
 
     start = starting_point(args, "generator")
@@ -323,7 +323,7 @@ FINETUNE_SEEDS = (0, 1, 2)  # both ablation variants, same recipe and seeds; res
 
 
 def classifier_config(vocab_size: int, tiny: bool) -> Any:
-    from model.config import ClassifierConfig
+    from model.network.config import ClassifierConfig
 
     special = SPECIAL_TOKENS["classifier"]
     if tiny:
@@ -338,7 +338,7 @@ def resume_committed_pretraining(args: RecipeArgs) -> str | None:
     the served graph holds fine-tuned weights, not these) into runs/classifier/pretrain/, so the stable
     segment resumes it with a fresh optimizer. Returns the origin to record, or None (runs/ has one, or
     nothing is committed: scratch)."""
-    from model.packed_run import committed_run, unpack_run
+    from model.training.packed_run import committed_run, unpack_run
 
     committed = committed_run(args.artifacts_dir / "classifier", "classifier")
     pretrain_dir = args.run_dir / "pretrain"
@@ -354,7 +354,7 @@ def train_classifier(args: RecipeArgs) -> None:
     """MLM + NSP pretraining in warmup-stable-decay segments; on --cooldown, the decayed branch is fine-tuned
     against a scratch model (the ablation: same recipe, FINETUNE_SEEDS each), and the better variant on
     validation is served."""
-    from model.classifier import Classifier
+    from model.network.classifier import Classifier
     from model.data.baselines import tfidf_baseline
     from model.tasks.classification import PretrainTask
 

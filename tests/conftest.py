@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/ (model/tiny.py included) and contract/ (golden records too)."""
+    """Of everything a tiny export depends on: model/ (model/export/tiny.py included) and contract/ (golden records too)."""
     digest = hashlib.sha256()
     sources = [*(REPO / "model").rglob("*.py"), *(REPO / "contract").rglob("*.py")]
     for path in sorted(sources):
@@ -60,7 +60,7 @@ def _complete(folder: Path) -> bool:
 
 @pytest.fixture(scope="session")
 def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny randomly initialized artifacts (model/tiny.py), exported once per source version.
+    """Tiny randomly initialized artifacts (model/export/tiny.py), exported once per source version.
 
     Exporting needs the training extra (torch); .ci/run installs it.
     """
@@ -70,7 +70,7 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
     folder = root / _model_source_hash()
     if not _complete(folder):
-        from model.tiny import export_tiny_artifacts
+        from model.export.tiny import export_tiny_artifacts
 
         staging = tmp_path_factory.mktemp("tiny-export")
         with warnings.catch_warnings():  # the exporter's warnings are not about the tests
@@ -84,17 +84,17 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="session")
 def tiny_encoder_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny encoder artifacts beside the kinds (model/tiny.py TINY_ENCODERS): ``<folder>/embedder``
+    """The tiny encoder artifacts beside the kinds (model/export/tiny.py TINY_ENCODERS): ``<folder>/embedder``
     (embedding task, mean pooling, normalize true) and ``<folder>/reranker`` (classification, one label
     "score"); exported once per source version, in a folder of their own so that ``tiny_artifacts`` serves
     what it always did."""
-    from model.tiny import TINY_ENCODERS
+    from model.export.tiny import TINY_ENCODERS
 
     cache = getattr(request.config, "cache", None)
     root = Path(cache.mkdir("tiny-encoders")) if cache is not None else tmp_path_factory.mktemp("tiny-encoders")
     folder = root / _model_source_hash()
     if not all((folder / name / "golden.json").is_file() for name in TINY_ENCODERS):
-        from model.tiny import export_tiny_artifacts
+        from model.export.tiny import export_tiny_artifacts
 
         staging = tmp_path_factory.mktemp("tiny-encoder-export")
         with warnings.catch_warnings():
@@ -198,7 +198,7 @@ def _imported_checkpoints(
         digest.update(source.read_bytes())
     folder = root / digest.hexdigest()[:16]
     if not all((folder / "artifacts" / name / "golden.json").is_file() for name in names):
-        from model.hf_artifact import import_to_artifact
+        from model.importing.hf_artifact import import_to_artifact
 
         staging = tmp_path_factory.mktemp(f"{cache_name}-staging")
         with warnings.catch_warnings():

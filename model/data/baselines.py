@@ -16,8 +16,8 @@ from tokenizers import Tokenizer
 
 from model.data import read_jsonl
 from model.data.generation import read_documents
-from model.ngram import KneserNeyLM
-from model.tokenization import SPECIAL_TOKENS
+from model.training.ngram import KneserNeyLM
+from model.training.tokenization import SPECIAL_TOKENS
 
 C_GRID = (1.0, 3.0, 10.0)
 

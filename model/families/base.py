@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
+from model.network.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "swish": "silu", "silu": "silu"}

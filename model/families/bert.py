@@ -9,7 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import ClassifierConfig
+from model.network.config import ClassifierConfig
 from model.families.base import (
     EncoderFamily,
     Tensors,

@@ -15,9 +15,9 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import GeneratorConfig
+from model.network.config import GeneratorConfig
 from model.families.base import CheckpointError, DecoderFamily, Tensors, activation, linear
-from model.rotary import ROPE_TYPES, rope_type
+from model.network.rotary import ROPE_TYPES, rope_type
 
 
 def rope_settings(hf: dict[str, Any], family: str) -> tuple[float, dict[str, Any] | None]:

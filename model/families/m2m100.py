@@ -15,7 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import TranslatorConfig
+from model.network.config import TranslatorConfig
 from model.families.base import (
     CheckpointError,
     Seq2SeqFamily,

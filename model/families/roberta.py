@@ -11,7 +11,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import ClassifierConfig
+from model.network.config import ClassifierConfig
 from model.families import bert
 from model.families.base import CheckpointError, EncoderFamily, Tensors, linear, named_special_tokens
 

@@ -17,7 +17,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.config import TranslatorConfig
+from model.network.config import TranslatorConfig
 from model.families.base import ACTIVATIONS, CheckpointError, Seq2SeqFamily, Tensors, config_token_id, require
 
 NAME = "t5"

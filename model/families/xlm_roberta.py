@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.config import ClassifierConfig
+from model.network.config import ClassifierConfig
 from model.families import roberta
 from model.families.base import EncoderFamily
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.classifier import Classifier
-from model.training import on_device
+from model.network.classifier import Classifier
+from model.training.loop import on_device
 
 MASK_RATE, MASK_TOKEN_SHARE, RANDOM_TOKEN_SHARE = 0.15, 0.8, 0.1  # the rest stays unchanged
 

@@ -44,11 +44,11 @@ def run_job(job: FinetuneJob) -> dict[str, Any]:
     import torch
     from tokenizers import Tokenizer
 
-    from model.classifier import Classifier
-    from model.config import ClassifierConfig
+    from model.network.classifier import Classifier
+    from model.network.config import ClassifierConfig
     from model.tasks.classification import FineTuneTask
-    from model.tokenization import SPECIAL_TOKENS
-    from model.training import TrainSettings, load_weights, train
+    from model.training.tokenization import SPECIAL_TOKENS
+    from model.training.loop import TrainSettings, load_weights, train
 
     result_path = job.out_dir / "result.json"
     if result_path.exists():  # finished in an earlier call

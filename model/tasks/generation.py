@@ -14,8 +14,8 @@ from torch import Tensor
 
 from model.data.baselines import token_stream
 from model.data.generation import read_documents
-from model.generator import Generator
-from model.training import on_device
+from model.network.generator import Generator
+from model.training.loop import on_device
 
 
 def load_stream(tokenizer: Tokenizer, path: Path, eos_id: int) -> np.ndarray:

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.decoding import beam_search, translate_greedy
-from model.training import on_device
-from model.translator import Translator
+from model.network.decoding import beam_search, translate_greedy
+from model.training.loop import on_device
+from model.network.translator import Translator
 
 MAX_LEN = 128  # tokens per side; longer verses are truncated for training only
 

@@ -1,6 +1,6 @@
 """Beam search over every beam request of a batch at once, and the n-gram ban every translation row uses.
 
-The rule, the same in `model/decoding.py::beam_search` (the PyTorch reference that the model card's
+The rule, the same in `model/network/decoding.py::beam_search` (the PyTorch reference that the model card's
 scores come from; `tests/model/test_beam_parity.py` checks both give the same token ids):
 
 - each step scores every continuation of a live hypothesis: its summed logprob plus the token's float32

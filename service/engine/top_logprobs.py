@@ -1,5 +1,5 @@
 """Each row's k most likely next tokens and their log-probabilities, from the scoring head graph
-(top_logprobs.onnx, built by model/scoring_graph.py): ONNX Runtime's LogSoftmax and TopK over [64, 8000]
+(top_logprobs.onnx, built by model/export/scoring_graph.py): ONNX Runtime's LogSoftmax and TopK over [64, 8000]
 take 0.4 ms on one thread, numpy's float32 log-softmax and argpartition 1.1 ms."""
 
 from __future__ import annotations

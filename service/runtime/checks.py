@@ -76,7 +76,7 @@ def check_artifact(
     if missing := missing_sections(artifact.golden, list(artifact.graphs)):
         log.warning(
             "%s: %s (an older export), so start-up cannot check what it covers; re-export it, or record the "
-            "tokenizer, config and graph files as they are with `python -m model.golden --add %s`",
+            "tokenizer, config and graph files as they are with `python -m model.export.golden --add %s`",
             artifact.folder,
             f"no {GOLDEN_FILE}" if artifact.golden is None else f"{GOLDEN_FILE} lacks {', '.join(missing)}",
             artifact.folder,

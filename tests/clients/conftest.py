@@ -33,7 +33,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def encoder_server(tiny_artifacts_with_encoders) -> Iterator[Server]:
-    """The tiny embedder, reranker (a one-label cross-encoder) and classifier (model/tiny.py) with the
+    """The tiny embedder, reranker (a one-label cross-encoder) and classifier (model/export/tiny.py) with the
     server's own defaults: the committed artifacts hold no embedder or reranker to drive the clients with."""
     settings = {"SERVE_INTRA_OP_THREADS": "1", "SERVE_INTER_OP_THREADS": "1", "SERVE_LOG_FORMAT": "json",
                 "SERVE_MODELS": "embedder,reranker,classifier"}  # fmt: skip

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from model.golden import GOLDEN_FILE, open_session, run_graph
+from model.export.golden import GOLDEN_FILE, open_session, run_graph
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 MODELS = sorted(p.parent.name for p in ARTIFACTS.glob("*/config.json"))  # ours and the imported ones
 # What git may hold in artifacts/ (README "Checkpoints from elsewhere"): no int8 variants, which the
-# Dockerfile's int8 stage builds (model/int8.py), and the classifier's packed pretraining run.
+# Dockerfile's int8 stage builds (model/export/int8.py), and the classifier's packed pretraining run.
 BUDGET_MB = 130
 
 

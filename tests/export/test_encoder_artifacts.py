@@ -1,4 +1,4 @@
-"""The tiny embedder and reranker artifacts (model/tiny.py): config.json's embedding keys, the
+"""The tiny embedder and reranker artifacts (model/export/tiny.py): config.json's embedding keys, the
 graphs against their PyTorch references, and the pooling modes against a plain loop."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")  # the training extra
 import onnxruntime as ort  # noqa: E402
 
-from model.config import ClassifierConfig  # noqa: E402
-from model.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
-from model.export import export_model, round_weights_to_fp16  # noqa: E402
-from model.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
+from model.network.config import ClassifierConfig  # noqa: E402
+from model.network.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
+from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
+from model.export.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
 
 ATOL = 1e-4
 
@@ -92,8 +92,8 @@ def test_pooling_reads_only_the_real_tokens(mode: str) -> None:
 @pytest.mark.parametrize("token_types", [0, 1])
 def test_embedder_without_a_token_type_input_exports_two_inputs(token_types: int, tmp_path: Path) -> None:
     """type_vocab_size 0 (DistilBERT) or 1 (RoBERTa: the one row is added to every token): no token_type_ids."""
-    from model import tokenization
-    from model.tiny import TINY_CORPUS
+    from model.training import tokenization
+    from model.export.tiny import TINY_CORPUS
 
     tokenizer = tokenization.TRAINERS["classifier"](TINY_CORPUS * 4, 300)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
@@ -110,7 +110,7 @@ def test_embedder_without_a_token_type_input_exports_two_inputs(token_types: int
 
 
 def test_one_folder_serves_every_tiny_artifact(tiny_artifacts_with_encoders: Path, tiny_artifacts: Path) -> None:
-    from model.tiny import TINY_ENCODERS
+    from model.export.tiny import TINY_ENCODERS
 
     served = {p.name for p in tiny_artifacts_with_encoders.iterdir() if (p / "config.json").is_file()}
     kinds = {p.name for p in tiny_artifacts.iterdir() if (p / "config.json").is_file()}

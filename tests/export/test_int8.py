@@ -1,4 +1,4 @@
-"""model/int8.py: int8 variants added after export (the Dockerfile's int8 stage), with onnx and ONNX Runtime alone."""
+"""model/export/int8.py: int8 variants added after export (the Dockerfile's int8 stage), with onnx and ONNX Runtime alone."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from model.golden import run_graph
-from model.int8 import add_int8_variants
+from model.export.golden import run_graph
+from model.export.int8 import add_int8_variants
 
 
 def test_graphs_committed_without_int8_get_one(tiny_artifacts: Path, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The scoring head: the committed graph is what model/scoring_graph.py builds, and it ranks as the
+"""The scoring head: the committed graph is what model/export/scoring_graph.py builds, and it ranks as the
 beam search needs (log-softmax values, best first, ties to the lower token id)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from service.engine.top_logprobs import GRAPH, TopLogprobs
 
 def test_the_committed_graph_is_what_the_builder_builds() -> None:
     pytest.importorskip("onnx")  # the training extra
-    from model.scoring_graph import build
+    from model.export.scoring_graph import build
 
-    assert GRAPH.read_bytes() == build(), "run: python -m model.scoring_graph"
+    assert GRAPH.read_bytes() == build(), "run: python -m model.export.scoring_graph"
 
 
 def test_top_logprobs_are_the_best_log_softmax_values_with_ties_to_the_lower_id() -> None:

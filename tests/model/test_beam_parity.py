@@ -1,5 +1,5 @@
 """The server's beam search (the engine on the committed artifacts/translator) returns the same token ids
-as the PyTorch reference (`model/decoding.py::beam_search`, what the model card's BLEU is measured with)."""
+as the PyTorch reference (`model/network/decoding.py::beam_search`, what the model card's BLEU is measured with)."""
 
 from pathlib import Path
 
@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the training extra
 
-from model.checkpoint import weights_from_artifact  # noqa: E402
-from model.decoding import beam_search  # noqa: E402
+from model.training.checkpoint import weights_from_artifact  # noqa: E402
+from model.network.decoding import beam_search  # noqa: E402
 from service.engine.metrics import Metrics  # noqa: E402
 from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence  # noqa: E402
 from service.runtime.artifact import load_artifact  # noqa: E402

@@ -1,4 +1,4 @@
-"""Model cards state what a model is for: write_card writes the intended-use record of model/intended_use.py
+"""Model cards state what a model is for: write_card writes the intended-use record of model/training/intended_use.py
 into card.json and card.md, and refresh_card (what the export calls) adds the served model's answers."""
 
 import json
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from model.card import write_card
+from model.training.card import write_card
 from scripts.card_examples import refresh_card
-from model.hf_artifact import write_card as write_import_card
-from model.intended_use import RECORDS
+from model.importing.hf_artifact import write_card as write_import_card
+from model.training.intended_use import RECORDS
 from contract.cards import use_summary
 
 

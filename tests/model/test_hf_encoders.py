@@ -13,11 +13,11 @@ import torch
 from hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
 from tokenizers import Tokenizer
 
-from model import hf_parity
-from model.embedder import Embedder
-from model.hf_import import CheckpointError, import_checkpoint, read_hf_config
-from model.hf_tokenizer import load_tokenizer, special_tokens
-from model.sentence_transformers_folder import read_sentence_transformer
+from model.importing import hf_parity
+from model.network.embedder import Embedder
+from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
+from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.importing.sentence_transformers_folder import read_sentence_transformer
 from scripts import import_checkpoint as cli
 
 TEXTS = [

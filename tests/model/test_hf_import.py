@@ -15,9 +15,9 @@ import torch
 from hf_checkpoints import FAMILIES
 from tokenizers import Tokenizer
 
-from model import hf_parity
-from model.hf_import import CheckpointError, import_checkpoint, read_hf_config
-from model.hf_tokenizer import load_tokenizer, special_tokens
+from model.importing import hf_parity
+from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
+from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from scripts import import_checkpoint as cli
 
 TEXTS = [

@@ -18,12 +18,12 @@ import torch
 from hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 from tokenizers import Tokenizer
 
-from model import hf_parity
-from model.config import GeneratorConfig
-from model.generator import Generator
-from model.hf_import import CheckpointError, import_checkpoint, read_hf_config
-from model.hf_tokenizer import load_tokenizer, special_tokens
-from model.layers import RMSNorm
+from model.importing import hf_parity
+from model.network.config import GeneratorConfig
+from model.network.generator import Generator
+from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
+from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.network.layers import RMSNorm
 
 NAMES = list(DECODER_CHECKPOINTS)
 TEXTS = [

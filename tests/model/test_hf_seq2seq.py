@@ -15,9 +15,9 @@ import pytest
 from hf_checkpoints import SEQ2SEQ_CHECKPOINTS
 from tokenizers import Tokenizer
 
-from model import hf_parity
-from model.hf_artifact import import_to_artifact
-from model.hf_import import CheckpointError
+from model.importing import hf_parity
+from model.importing.hf_artifact import import_to_artifact
+from model.importing.hf_import import CheckpointError
 
 NAMES = sorted(SEQ2SEQ_CHECKPOINTS)
 

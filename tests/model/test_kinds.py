@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from model import tokenization  # noqa: E402
+from model.training import tokenization  # noqa: E402
 from scripts import recipes  # noqa: E402
-from model.config import CONFIG_CLASSES  # noqa: E402
-from model.export import MODEL_CLASSES, SPECS  # noqa: E402
-from model.hf_import import detect_family  # noqa: E402
+from model.network.config import CONFIG_CLASSES  # noqa: E402
+from model.export.graphs import MODEL_CLASSES, SPECS  # noqa: E402
+from model.importing.hf_import import detect_family  # noqa: E402
 from contract.kinds import FAMILIES, KINDS  # noqa: E402
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from model.hf_tokenizer import load_tokenizer
+from model.importing.hf_tokenizer import load_tokenizer
 
 ENGLISH = [
     "Where is the train station?", "I would like a cup of coffee, please.", "The server returned an error.",

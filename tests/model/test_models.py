@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from model.classifier import Classifier  # noqa: E402
-from model.config import ClassifierConfig, GeneratorConfig, TranslatorConfig  # noqa: E402
-from model.decoding import (  # noqa: E402
+from model.network.classifier import Classifier  # noqa: E402
+from model.network.config import ClassifierConfig, GeneratorConfig, TranslatorConfig  # noqa: E402
+from model.network.decoding import (  # noqa: E402
     banned_tokens,
     beam_search,
     filter_logits,
@@ -17,10 +17,10 @@ from model.decoding import (  # noqa: E402
     translate_greedy,
     translate_greedy_uncached,
 )
-from model.generator import Generator  # noqa: E402
-from model.layers import positions_from_mask  # noqa: E402
+from model.network.generator import Generator  # noqa: E402
+from model.network.layers import positions_from_mask  # noqa: E402
 from model.tasks.classification import mask_tokens  # noqa: E402
-from model.translator import Translator  # noqa: E402
+from model.network.translator import Translator  # noqa: E402
 
 V = 50
 SPECIAL = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}

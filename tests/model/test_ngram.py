@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.ngram import KneserNeyLM
+from model.training.ngram import KneserNeyLM
 
 VOCAB = 30
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from model.embedding_eval import (
+from model.export.embedding_eval import (
     PARAPHRASES,
     SENTENCES,
     embed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from model.tokenization import (
+from model.training.tokenization import (
     SPECIAL_TOKENS,
     train_classifier_tokenizer,
     train_generator_tokenizer,

@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from model import export  # noqa: E402
-from model.checkpoint import weights_from_artifact  # noqa: E402
-from model.export import export_model, round_weights_to_fp16  # noqa: E402
-from model.training import TrainSettings, TrainState, learning_rate, train  # noqa: E402
+from model.export import graphs as export  # noqa: E402
+from model.training.checkpoint import weights_from_artifact  # noqa: E402
+from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
+from model.training.loop import TrainSettings, TrainState, learning_rate, train  # noqa: E402
 from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
-from model.tiny import build_tiny_model  # noqa: E402
+from model.export.tiny import build_tiny_model  # noqa: E402
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:
@@ -160,7 +160,7 @@ def test_repeat_loop_detector() -> None:
 
 
 def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
-    from model.packed_run import pack_run, unpack_run
+    from model.training.packed_run import pack_run, unpack_run
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     state = train(Linear(), CountingTask(), tmp_path / "run", settings)
@@ -174,7 +174,7 @@ def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
 
 
 def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: Path) -> None:
-    from model.packed_run import pack_run
+    from model.training.packed_run import pack_run
     from scripts.recipes import RecipeArgs, resume_committed_pretraining
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
@@ -199,7 +199,7 @@ def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) 
     not the cooled-down weights of its graphs; an existing runs/ folder comes before both."""
     from tokenizers import Tokenizer, models
 
-    from model.packed_run import pack_run
+    from model.training.packed_run import pack_run
     from scripts.recipes import RecipeArgs, starting_point
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)

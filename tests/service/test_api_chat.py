@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from model import hf_parity
+from model.importing import hf_parity
 
 USER = [{"role": "user", "content": "Where is the train station?"}]
 BASE = {"model": "chat", "messages": USER, "max_tokens": 6, "seed": 3}

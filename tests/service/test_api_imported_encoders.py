@@ -16,7 +16,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from model import hf_parity
+from model.importing import hf_parity
 
 TEXTS = ["A wonderful, moving film.", "Dull and far too long, I left early.", "It was fine.", "Bonjour !"]
 QUERY = "what is a good film"

@@ -20,7 +20,7 @@ from hf_checkpoints import DECODER_CHECKPOINTS
 from sse_events import events
 from tokenizers import Tokenizer
 
-from model import hf_parity
+from model.importing import hf_parity
 
 MAX_NEW = 8
 PROMPTS = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]

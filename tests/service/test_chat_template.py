@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from model.families.base import CheckpointError
-from model.hf_chat_template import find_chat_template, template_tokens
+from model.importing.hf_chat_template import find_chat_template, template_tokens
 from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
 from service.runtime.artifact import ArtifactError

@@ -135,8 +135,8 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
     pytest.importorskip("torch")
     import functools
 
-    from model import export
-    from model.tiny import build_tiny_model
+    from model.export import graphs as export
+    from model.export.tiny import build_tiny_model
 
     folders = {}
     for keep in (True, False):

@@ -199,10 +199,10 @@ def test_special_tokens_that_disagree_with_the_tokenizer_are_refused_without_rec
 
 @pytest.mark.parametrize("model", ["translator", "generator", "classifier"])
 def test_the_add_command_records_what_the_export_did(tiny_artifacts: Path, tmp_path: Path, model: str) -> None:
-    """`python -m model.golden --add FOLDER` on an older export's golden.json writes the sections a fresh
+    """`python -m model.export.golden --add FOLDER` on an older export's golden.json writes the sections a fresh
     export writes, and leaves the graph outputs alone."""
     pytest.importorskip("onnxruntime")
-    from model.golden import add_records
+    from model.export.golden import add_records
 
     folder = _copy(tiny_artifacts, tmp_path, model)
     exported = read_golden(folder)

@@ -4,11 +4,11 @@ Every sub-layer is wrapped as ``x + Dropout(SubLayer(LayerNorm(x)))`` (pre-LN,
 Xiong et al. 2020): it trains stably with a short warm-up and a high peak rate,
 which matters on a CPU budget. Stacks end with a final LayerNorm.
 
-The config's options (model/config.py) cover checkpoints trained elsewhere with
+The config's options (model/network/config.py) cover checkpoints trained elsewhere with
 the same layers: post-LN ``LayerNorm(x + Dropout(SubLayer(x)))`` without a final
 LayerNorm (the original Transformer, BERT, Marian, BART), other activations,
 position layouts and offsets, projections without biases, LayerNorm epsilon; and the Llama family's
-RMSNorm, rotary positions (model/rotary.py), grouped-query attention and gated feed-forward.
+RMSNorm, rotary positions (model/network/rotary.py), grouped-query attention and gated feed-forward.
 
 The KV cache is explicit: attention takes ``past`` and returns ``present``; no
 module keeps state between calls, so the same code exports to ONNX.
@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import TransformerConfig
-from model.rotary import RotaryAngles, apply_rotary
+from model.network.config import TransformerConfig
+from model.network.rotary import RotaryAngles, apply_rotary
 
 KeyValue = tuple[Tensor, Tensor]  # ([B, Hkv, S, Dh], [B, Hkv, S, Dh]); Hkv = H unless grouped-query
 
@@ -182,7 +182,7 @@ class MultiHeadAttention(nn.Module):
 
     With ``n_kv_heads`` < ``n_heads`` (grouped-query attention, Ainslie et al. 2023) each key/value head
     serves ``n_heads / n_kv_heads`` query heads: keys and values, and so the cache, hold the K/V heads only.
-    ``rope`` rotates queries and keys by their positions (model/rotary.py); the cache holds rotated keys.
+    ``rope`` rotates queries and keys by their positions (model/network/rotary.py); the cache holds rotated keys.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool = True, n_kv_heads: int | None = None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model.config import ClassifierConfig
-from model.layers import (
+from model.network.config import ClassifierConfig
+from model.network.layers import (
     PositionalEncoding,
     TransformerLayer,
     embedding_norm,

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from model.intended_use import with_intended_use
+from model.training.intended_use import with_intended_use
 from contract.cards import use_summary
 
 
@@ -17,7 +17,7 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def write_card(run_dir: Path, card: dict[str, Any]) -> None:
-    """card.json and card.md of one of our models, with its intended use (model/intended_use.py)."""
+    """card.json and card.md of one of our models, with its intended use (model/training/intended_use.py)."""
     card = with_intended_use(card)
     (run_dir / "card.json").write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
     lines = [f"# {card['model']}", "", card.get("summary", ""), ""]
@@ -37,7 +37,7 @@ def _cell(text: Any) -> str:
 
 def use_sections(card: dict[str, Any]) -> list[str]:
     """card.md's "Intended use" and "Outside the training domains" sections (none when the card has no
-    intended use); both card writers (this one and model/hf_artifact.py's) end with them."""
+    intended use); both card writers (this one and model/importing/hf_artifact.py's) end with them."""
     if use_summary(card) is None:
         return []
     use = " ".join(card["intended_use"].split()).rstrip(".")

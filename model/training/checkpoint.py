@@ -22,12 +22,12 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from model.config import CONFIG_CLASSES, TransformerConfig, load_config
-from model.export import MODEL_CLASSES, SPECS, export_graph, export_model
-from model.training import load_weights
+from model.network.config import CONFIG_CLASSES, TransformerConfig, load_config
+from model.export.graphs import MODEL_CLASSES, SPECS, export_graph, export_model
+from model.training.loop import load_weights
 from contract.names import LOGITS_TO_KEEP
 
-FP16_SUFFIX = "__fp16"  # model/export.py stores large initializers as <name>__fp16 + Cast
+FP16_SUFFIX = "__fp16"  # model/export/graphs.py stores large initializers as <name>__fp16 + Cast
 
 
 def load_trained(kind: str, run_dir: Path, weights: str = "best") -> nn.Module:

@@ -3,10 +3,10 @@ model/families/, GPT-2, Marian, BART).
 
 A checkpoint folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``,
 read with ``weights_only=True``) and tokenizer files. Each family maps the HF config onto our config's
-options (model/config.py) and every HF tensor onto one of our parameters; the mapping is checked both
+options (model/network/config.py) and every HF tensor onto one of our parameters; the mapping is checked both
 ways: a checkpoint tensor nobody reads, or one of our parameters nobody fills, is an error that names
 them. A decoder's ``generation_config.json`` (end tokens, default sampling settings) goes into its config
-(model/generation_config.py). torch and safetensors only: ``transformers`` is needed just for slow tokenizers (model/hf_tokenizer.py).
+(model/importing/generation_config.py). torch and safetensors only: ``transformers`` is needed just for slow tokenizers (model/importing/hf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model.classifier import Classifier
-from model.config import GeneratorConfig, TransformerConfig, TranslatorConfig
-from model.embedder import Embedder, EmbeddingOptions
+from model.network.classifier import Classifier
+from model.network.config import GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.network.embedder import Embedder, EmbeddingOptions
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 from model.families.base import (
     CheckpointError,
@@ -36,10 +36,10 @@ from model.families.base import (
     require,
     strip_prefix,
 )
-from model.generation_config import apply_generation_config, apply_seq2seq_generation_config
+from model.importing.generation_config import apply_generation_config, apply_seq2seq_generation_config
 from model.families.t5 import task_prefixes
-from model.generator import Generator
-from model.translator import Translator
+from model.network.generator import Generator
+from model.network.translator import Translator
 from contract.kinds import FAMILIES
 
 __all__ = ["CheckpointError", "Imported", "detect_family", "import_checkpoint", "read_hf_config", "read_weights"]
@@ -160,7 +160,7 @@ def seq2seq_weights(src: Tensors, c: TranslatorConfig, family: str, lm_head: Ten
         norm(out, "ln_emb_enc", src, "encoder.layernorm_embedding")
         norm(out, "ln_emb_dec", src, "decoder.layernorm_embedding")
     else:  # Marian's sinusoids are computed, not learned; a saved copy must be the table we compute
-        from model.layers import sinusoidal_table
+        from model.network.layers import sinusoidal_table
 
         table = sinusoidal_table(c.max_positions, c.d_model, "split")
         for side in ("encoder", "decoder"):
@@ -216,7 +216,7 @@ def load_checked(model: nn.Module, weights: dict[str, Tensor], kind: str, fresh:
 def import_checkpoint(folder: Path, specials: dict[str, int], labels: list[str] | None = None,
                       embedding: EmbeddingOptions | None = None, languages: dict[str, int] | None = None) -> Imported:
     """Build our model from the checkpoint in ``folder``; ``specials`` come from its tokenizer
-    (model/hf_tokenizer.py). An encoder with a trained sequence-classification head imports as a
+    (model/importing/hf_tokenizer.py). An encoder with a trained sequence-classification head imports as a
     classifier; without one, as an embedder (``embedding``: how to pool, from a sentence-transformers
     folder; default mean pooling), unless ``labels`` names the classes of a random head to fine-tune."""
     hf = read_hf_config(folder)

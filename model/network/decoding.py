@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model.generator import Generator
-from model.layers import KeyValue, positions_from_mask
-from model.translator import Translator
+from model.network.generator import Generator
+from model.network.layers import KeyValue, positions_from_mask
+from model.network.translator import Translator
 
 
 def _record(outputs: list[list[int]], done: Tensor, tokens: Tensor, eos: int) -> None:

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.embedder import EmbeddingOptions
+from model.network.embedder import EmbeddingOptions
 from model.families.base import CheckpointError
 
 MODULES_FILE = "modules.json"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.config import GeneratorConfig, TranslatorConfig
+from model.network.config import GeneratorConfig, TranslatorConfig
 from model.families.base import CheckpointError
 
 FILE = "generation_config.json"

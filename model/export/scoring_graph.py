@@ -6,7 +6,7 @@ It is independent of any model (every artifact, imported ones too, feeds it its 
 once here, where `onnx` is installed, and committed; tests/export/test_scoring_graph.py checks that the
 committed file is what this builds.
 
-    python -m model.scoring_graph        # rewrites service/engine/top_logprobs.onnx
+    python -m model.export.scoring_graph        # rewrites service/engine/top_logprobs.onnx
 """
 
 from __future__ import annotations

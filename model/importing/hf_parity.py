@@ -18,8 +18,8 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from model.embedder import Embedder, pool
-from model.export import round_weights_to_fp16
+from model.network.embedder import Embedder, pool
+from model.export.graphs import round_weights_to_fp16
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 
 HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration",

@@ -5,7 +5,7 @@ checks (contract/golden.py says what each section catches).
 Torch-free on purpose: tests/export re-runs the committed graphs with ONNX Runtime alone and compares,
 so a broken or stale artifact fails CI, and the server checks the same records at start-up.
 
-    python -m model.golden --add artifacts/translator   # add the tokenizer, config and files sections to
+    python -m model.export.golden --add artifacts/translator   # add the tokenizer, config and files sections to
                                                         # an existing golden.json; its graph outputs stay
 """
 

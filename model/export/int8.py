@@ -1,9 +1,9 @@
 """ONNX passes that need neither torch nor the rest of model/: fp16 weight storage and dynamic int8.
 
-model/export.py uses them at export time. The Dockerfile runs this file alone (onnx + onnxruntime) to
+model/export/graphs.py uses them at export time. The Dockerfile runs this file alone (onnx + onnxruntime) to
 build the int8 variants that are not committed (large imported models), at image build time:
 
-    python model/int8.py artifacts/      # adds <role>.int8.onnx where config.json has "int8_file": null
+    python model/export/int8.py artifacts/      # adds <role>.int8.onnx where config.json has "int8_file": null
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What each served model is for: its intended use, the domains it was trained on, what it is not for,
 and the everyday inputs outside those domains that its card shows real answers to.
 
-One record per served model name (the artifact folder). model/card.py's ``write_card`` (our recipes)
+One record per served model name (the artifact folder). model/training/card.py's ``write_card`` (our recipes)
 and scripts/finetune_pretrained.py (the imported classifier) write the record into card.json
 (``intended_use``, ``domains``, ``out_of_scope``); scripts/card_examples.py runs the probes through the
 server's own routes and writes their answers as ``out_of_domain_examples`` (the export calls it, and

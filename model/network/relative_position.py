@@ -4,7 +4,7 @@ attention scores of every layer (the first layer's table, shared). Bidirectional
 half the buckets), causal in the decoder (keys ahead of the query are never seen, so only distances back count).
 
 Positions are given, not assumed: a decoder step's query sits after the cached keys, and a left-padded row's
-positions start at its first real token (model/layers.py ``positions_from_mask``).
+positions start at its first real token (model/network/layers.py ``positions_from_mask``).
 """
 
 from __future__ import annotations

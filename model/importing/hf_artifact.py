@@ -1,7 +1,7 @@
 """A Hugging Face checkpoint folder -> an artifact folder the server loads (graphs, config, tokenizer, card).
 
-Import (model/hf_import.py), measure parity against ``transformers`` where it is installed
-(model/hf_parity.py), export with our exporter, measure the exported graph, write the card.
+Import (model/importing/hf_import.py), measure parity against ``transformers`` where it is installed
+(model/importing/hf_parity.py), export with our exporter, measure the exported graph, write the card.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from model.card import count_parameters, use_sections
-from model.embedder import Embedder
-from model.export import export_model
-from model.hf_chat_template import write_chat_template
-from model.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
-from model.hf_tokenizer import languages, load_tokenizer, special_tokens
-from model.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
+from model.training.card import count_parameters, use_sections
+from model.network.embedder import Embedder
+from model.export.graphs import export_model
+from model.importing.hf_chat_template import write_chat_template
+from model.importing.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
+from model.importing.hf_tokenizer import languages, load_tokenizer, special_tokens
+from model.importing.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 
 SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "chat_template.jinja",
                 "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
@@ -40,7 +40,7 @@ def checkpoint_license(folder: Path, given: str | None) -> str:
 def torch_parity(result: Imported, folder: Path, tokenizer: Any, specials: dict[str, int]) -> dict[str, Any]:
     """Our fp32 PyTorch model vs transformers on a padded batch (before any fp16 rounding)."""
     try:
-        from model import hf_parity
+        from model.importing import hf_parity
     except ImportError as exc:  # transformers missing: the import still works, the card says so
         return {"checked": False, "why": f"transformers is not installed ({exc})"}
     headless = result.kind == "embedder" or result.random_head
@@ -68,7 +68,7 @@ def onnx_parity(parity: dict[str, Any], family: str, artifact: Path) -> dict[str
     pooling = json.loads((artifact / "config.json").read_text()).get("pooling")
     if not parity.get("checked") or (parity.get("headless") and pooling is None):  # a random head: nothing to compare
         return summary
-    from model import hf_parity
+    from model.importing import hf_parity
 
     inputs, keep, reference = parity["inputs"], parity["keep"], parity["reference"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model.config import GeneratorConfig
-from model.layers import (
+from model.network.config import GeneratorConfig
+from model.network.layers import (
     KeyValue,
     PositionalEncoding,
     TransformerLayer,
@@ -21,7 +21,7 @@ from model.layers import (
     keep_last,
     lm_head,
 )
-from model.rotary import RotaryEmbedding
+from model.network.rotary import RotaryEmbedding
 
 
 class Generator(nn.Module):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from model.golden import open_session
+from model.export.golden import open_session
 
 # Paraphrase pairs: (i, i + 1) for even i.
 PARAPHRASES = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model.config import TranslatorConfig
-from model.layers import (
+from model.network.config import TranslatorConfig
+from model.network.layers import (
     KeyValue,
     PositionalEncoding,
     TransformerLayer,
@@ -18,7 +18,7 @@ from model.layers import (
     padding_bias,
     positions_from_mask,
 )
-from model.relative_position import RelativePositionBias
+from model.network.relative_position import RelativePositionBias
 
 
 class Translator(nn.Module):

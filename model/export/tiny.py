@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from model.classifier import Classifier
-from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
-from model.embedder import Embedder, EmbeddingOptions
-from model.export import MODEL_CLASSES, export_model
+from model.network.classifier import Classifier
+from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.network.embedder import Embedder, EmbeddingOptions
+from model.export.graphs import MODEL_CLASSES, export_model
 from contract.kinds import KINDS
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> T
 
 def build_tiny_model(kind: str) -> tuple[nn.Module, Tokenizer]:
     """A tiny randomly initialized model and its tokenizer; deterministic (seed 0)."""
-    from model import tokenization
+    from model.training import tokenization
 
     torch.manual_seed(0)
     tokenizer = tokenization.TRAINERS[kind](TINY_CORPUS * 4, 300)
@@ -60,7 +60,7 @@ TINY_MAX_POSITIONS = 64  # the tiny embedder's input limit (config.json max_posi
 
 def build_tiny_encoder(name: str) -> tuple[nn.Module, Tokenizer, str]:
     """A tiny embedder or reranker, its tokenizer (the classifier's) and the kind it exports as; deterministic."""
-    from model import tokenization
+    from model.training import tokenization
 
     torch.manual_seed(1 if name == "embedder" else 2)
     tokenizer = tokenization.TRAINERS["classifier"](TINY_CORPUS * 4, 300)

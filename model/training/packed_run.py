@@ -6,7 +6,7 @@ the classifier, the fine-tuned ones), and resuming the stable phase from those c
 translator's validation loss went 2.63 -> 3.02 and was back to 2.78 only after 22 CPU-minutes).
 Unpacked, it is a run folder that ``train`` resumes with a fresh optimizer.
 
-    python -m model.packed_run runs/translator artifacts/translator/stable.safetensors
+    python -m model.training.packed_run runs/translator artifacts/translator/stable.safetensors
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sentence embeddings: a BERT-style encoder (model/classifier.py) whose final hidden states are pooled
+"""Sentence embeddings: a BERT-style encoder (model/network/classifier.py) whose final hidden states are pooled
 into one vector per text, the way sentence-transformers' Pooling module does it.
 
 The vector is returned as pooled, not normalised: config.json's ``normalize`` tells the server whether
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model.classifier import Classifier
-from model.config import ClassifierConfig
+from model.network.classifier import Classifier
+from model.network.config import ClassifierConfig
 
 POOLING_MODES = ("mean", "cls", "max", "lasttoken")  # sentence-transformers' names (1_Pooling/config.json)
 

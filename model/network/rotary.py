@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from model.config import TransformerConfig
+from model.network.config import TransformerConfig
 
 ROPE_TYPES = ("default", "linear", "llama3")
 RotaryAngles = tuple[Tensor, Tensor]  # cos, sin: [B, 1, S, Dh], broadcast over heads

@@ -26,12 +26,12 @@ from onnx import numpy_helper
 from torch import Tensor, nn
 from torch.export import Dim
 
-from model.classifier import Classifier
-from model.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
-from model.embedder import Embedder
-from model.generator import Generator
-from model.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
-from model.translator import Translator
+from model.network.classifier import Classifier
+from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.network.embedder import Embedder
+from model.network.generator import Generator
+from model.export.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
+from model.network.translator import Translator
 from contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
 from contract.names import LOGITS, LOGITS_TO_KEEP
 
@@ -397,7 +397,7 @@ def export_model(
     """Export ``model`` to ``out_dir`` (graphs, config.json, tokenizer.json, card, golden.json).
 
     ``name`` is the served model name (default: ``kind``); serve it from a folder of that name."""
-    from model.golden import record_golden
+    from model.export.golden import record_golden
 
     served_name = name or kind
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""Importing Hugging Face checkpoints: configs, weights, tokenizers, parity with transformers."""

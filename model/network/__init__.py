@@ -1,0 +1,1 @@
+"""The networks: layers, configs, the translator, generator, classifier and embedder, reference decoding."""

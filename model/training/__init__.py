@@ -1,0 +1,1 @@
+"""Training: the loop, packed runs, tokenizers, model cards and their baselines."""
