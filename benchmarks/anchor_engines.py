@@ -61,8 +61,9 @@ def export_random(artifacts: Path, out: Path, kinds: tuple[str, ...] = KINDS) ->
     the embedder is the served one, linked (an encoder's speed does not depend on its weights)."""
     import torch
 
+    from model.export.graphs import export_model
+    from model.kinds import model_kind
     from model.training.checkpoint import artifact_config
-    from model.export.graphs import MODEL_CLASSES, export_model
 
     for kind in kinds:
         if kind == EMBEDDER:
@@ -76,7 +77,7 @@ def export_random(artifacts: Path, out: Path, kinds: tuple[str, ...] = KINDS) ->
         if (out / kind / "config.json").is_file():
             continue
         torch.manual_seed(0)
-        model = MODEL_CLASSES[kind](artifact_config(artifacts / kind))  # type: ignore[call-arg]
+        model = model_kind(kind).build(artifact_config(artifacts / kind))
         export_model(kind, model, artifacts / kind / "tokenizer.json", out / kind)
 
 

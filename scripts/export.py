@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.kinds import KINDS
-from model.training.checkpoint import export_checkpoint, reexport_artifact
 from model.export.tiny import TINY_ENCODERS
+from model.training.checkpoint import export_checkpoint, reexport_artifact
 from scripts.card_examples import refresh_card
 
 TINY_ONLY = tuple(TINY_ENCODERS)  # tiny encoder artifacts, --tiny only

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from scripts.card_examples import refresh_card
 from model.data import read_jsonl
 from model.data.classification import LABELS
 from model.importing.hf_artifact import checkpoint_license, export_imported, import_card, torch_parity, write_card
@@ -37,6 +36,7 @@ from model.training.pretrained_classifier import (
     finetune,
     tfidf_cross_domain,
 )
+from scripts.card_examples import refresh_card
 from scripts.recipes import hardware
 
 

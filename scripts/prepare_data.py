@@ -19,10 +19,11 @@ from pathlib import Path
 from model.data import file_entry, read_jsonl
 from model.data.classification import bbc_documents, build_classification, dialog_documents, split_sentences
 from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, update_manifest
-from model.data.parallel_sources import PARALLEL_SOURCES, read_source
 from model.data.generation import build_generation, read_documents
+from model.data.parallel_sources import PARALLEL_SOURCES, read_source
 from model.data.translation import build_translation
-from model.training.tokenization import DEFAULT_VOCAB_SIZE, TRAINERS
+from model.kinds import TRAINABLE, model_kind
+from model.training.tokenization import DEFAULT_VOCAB_SIZE
 
 
 def translator_texts(data_dir: Path) -> Iterator[str]:
@@ -60,7 +61,9 @@ def train_tokenizer(kind: str, data_dir: Path, vocab_size: int, manifest: Path) 
     """Train one tokenizer, save ``tokenizers/<kind>.json`` and record it."""
     path = data_dir / "tokenizers" / f"{kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = TRAINERS[kind](tokenizer_texts(kind, data_dir), vocab_size)
+    trainer = model_kind(kind).train_tokenizer
+    assert trainer is not None, f"{kind} has no tokenizer trained here"
+    tokenizer = trainer(tokenizer_texts(kind, data_dir), vocab_size)
     tokenizer.save(str(path))
     entry = file_entry(path, vocab_size=tokenizer.get_vocab_size())
     update_manifest(manifest, "tokenizers", {f"tokenizers/{kind}.json": entry})
@@ -82,7 +85,7 @@ def main() -> None:
                         help="which data to build (comma-separated); the pinned archives are fetched in any case")
     parser.add_argument("--no-translator-tokenizer", action="store_true",
                         help="keep data/tokenizers/translator.json as it is")
-    for kind in TRAINERS:
+    for kind in TRAINABLE:
         parser.add_argument(f"--{kind}-vocab", type=int, default=DEFAULT_VOCAB_SIZE)
     args = parser.parse_args()
     data_dir, raw = args.data_dir, args.data_dir / "raw"

@@ -17,11 +17,11 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from model.training.card import count_parameters, plot_learning_curve, write_card
 from model.network.config import TranslatorConfig
-from model.training.tokenization import SPECIAL_TOKENS
-from model.training.loop import TrainSettings, TrainState, load_weights, train
 from model.network.translator import Translator
+from model.training.card import count_parameters, plot_learning_curve, write_card
+from model.training.loop import TrainSettings, TrainState, load_weights, train
+from model.training.tokenization import CLASSIFIER_IDS, GENERATOR_IDS, TRANSLATOR_IDS
 
 
 @dataclass
@@ -83,7 +83,6 @@ def starting_point(args: RecipeArgs, kind: str) -> StartingPoint:
     """Resume runs/<kind>/ when it is there; else the stable run committed beside the artifact; else the
     weights of its graphs (cooled down: the stable phase warms up again); else start from scratch."""
     from model.training.checkpoint import weights_from_artifact
-
     from model.training.packed_run import committed_run, unpack_run
 
     artifact = args.artifacts_dir / kind
@@ -175,7 +174,7 @@ def train_translator(args: RecipeArgs) -> None:
 
     start = starting_point(args, "translator")
     tokenizer = start.tokenizer
-    special = SPECIAL_TOKENS["translator"]
+    special = TRANSLATOR_IDS
     if args.tiny:
         config = TranslatorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=64, n_heads=2, d_ff=128,
                                   n_encoder_layers=1, n_decoder_layers=1, special_tokens=special)
@@ -256,12 +255,12 @@ def train_generator(args: RecipeArgs) -> None:
     from model.network.config import GeneratorConfig
     from model.network.decoding import generate
     from model.network.generator import Generator
-    from model.training.ngram import KneserNeyLM
     from model.tasks.generation import GenerationTask, load_stream, stream_perplexity
+    from model.training.ngram import KneserNeyLM
 
     start = starting_point(args, "generator")
     tokenizer = start.tokenizer
-    special = SPECIAL_TOKENS["generator"]
+    special = GENERATOR_IDS
     if args.tiny:
         config = GeneratorConfig(vocab_size=tokenizer.get_vocab_size(), d_model=64, n_heads=2, d_ff=128, n_layers=1,
                                  max_positions=64, special_tokens=special)
@@ -325,7 +324,7 @@ FINETUNE_SEEDS = (0, 1, 2)  # both ablation variants, same recipe and seeds; res
 def classifier_config(vocab_size: int, tiny: bool) -> Any:
     from model.network.config import ClassifierConfig
 
-    special = SPECIAL_TOKENS["classifier"]
+    special = CLASSIFIER_IDS
     if tiny:
         return ClassifierConfig(vocab_size=vocab_size, d_model=64, n_heads=2, d_ff=128, n_layers=1, max_positions=128,
                                 special_tokens=special)
@@ -354,8 +353,8 @@ def train_classifier(args: RecipeArgs) -> None:
     """MLM + NSP pretraining in warmup-stable-decay segments; on --cooldown, the decayed branch is fine-tuned
     against a scratch model (the ablation: same recipe, FINETUNE_SEEDS each), and the better variant on
     validation is served."""
-    from model.network.classifier import Classifier
     from model.data.baselines import tfidf_baseline
+    from model.network.classifier import Classifier
     from model.tasks.classification import PretrainTask
 
     origin = resume_committed_pretraining(args)
@@ -373,7 +372,7 @@ def train_classifier(args: RecipeArgs) -> None:
     resuming = args.resume and (pretrain_args.run_dir / "resume.pt").exists()
     start = StartingPoint(tokenizer, None, None, origin or (None if resuming else "scratch"))
     pretrain = PretrainTask(args.data_dir / "classification" / "pretrain.txt",
-                            Tokenizer.from_file(str(args.run_dir / "tokenizer.json")), SPECIAL_TOKENS["classifier"])
+                            Tokenizer.from_file(str(args.run_dir / "tokenizer.json")), CLASSIFIER_IDS)
     finished = run_stable_or_cooldown(pretrain_args, model, pretrain, start, settings)
     if finished is None:
         return

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from scripts import recipes
 from contract.kinds import KINDS
+from scripts import recipes
 
 
 def main() -> None:

@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.network.classifier import Classifier
 from model.data.classification import LABELS
 from model.importing.hf_import import import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.network.classifier import Classifier
 from model.training.pretrained_classifier import FineTuneRecipe, TaptRecipe, adapt_to_task, fetch_minilm, finetune
 
 log = logging.getLogger("tune_classifier")

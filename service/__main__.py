@@ -28,8 +28,8 @@ from service.app import begin_drain, create_app, cut_off, inflight
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
 from service.http_protocol import timeout_protocol
-from service.runtime.artifact import ArtifactError
 from service.logs import configure_logging
+from service.runtime.artifact import ArtifactError
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -74,7 +74,9 @@ class DrainingServer(uvicorn.Server):
                 log.info("draining: %d request(s) in flight", inflight(self.app))
             if inflight(self.app) and waited >= self.cut_at and not self.cut:
                 self.cut = True
-                log.warning("drain timeout (%.1fs): cutting %d request(s) off", self.drain_timeout_s, inflight(self.app))
+                log.warning(
+                    "drain timeout (%.1fs): cutting %d request(s) off", self.drain_timeout_s, inflight(self.app)
+                )
                 await cut_off(self.app)
             if inflight(self.app) == 0 or waited >= self.close_at:
                 if inflight(self.app):
@@ -99,7 +101,7 @@ class DrainingServer(uvicorn.Server):
             close_by = self.drain_started + self.close_at
         else:
             close_by = time.monotonic() + CLOSE_GRACE_S
-        while self.server_state.connections and time.monotonic() < close_by:
+        while self.server_state.connections and time.monotonic() < close_by:  # noqa: ASYNC110 (a set, no event)
             await asyncio.sleep(0.02)
         if self.server_state.connections:
             log.warning("closing %d connection(s) still open at shutdown", len(self.server_state.connections))

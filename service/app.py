@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import (
@@ -63,7 +62,9 @@ Clients: OpenAI SDKs (`/v1`), Hugging Face TGI, TEI and Inference API clients (`
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
 # configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 408, 413, 422, 429, 500, 503, 504)
+}
 
 
 async def _warm_up(engine: Engine, enabled: bool) -> None:

@@ -64,7 +64,8 @@ class SendTimeoutFlow(FlowControl):
             self.cut = True
             log.warning(
                 "%s: a send waited %g s for the client to read (SERVE_SEND_TIMEOUT_S); closing the connection",
-                self.what, self.timeout_s,
+                self.what,
+                self.timeout_s,
             )
         self._transport.abort()  # also when a close is under way: close() would wait for the unread buffer
         # connection_lost (soon after the abort) marks the request disconnected and sets the event: the send
@@ -152,5 +153,9 @@ class TimeoutProtocol(HttpToolsProtocol):
 def timeout_protocol(
     header_timeout_s: float, body_timeout_s: float, send_timeout_s: float = 60.0
 ) -> type[TimeoutProtocol]:
-    timeouts = {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s, "send_timeout_s": send_timeout_s}
+    timeouts = {
+        "header_timeout_s": header_timeout_s,
+        "body_timeout_s": body_timeout_s,
+        "send_timeout_s": send_timeout_s,
+    }
     return type("TimeoutProtocol", (TimeoutProtocol,), timeouts)

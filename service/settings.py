@@ -94,8 +94,9 @@ class Settings(BaseSettings):
     def _valid_model_names(cls, value: list[str]) -> list[str]:
         invalid = [name for name in value if not MODEL_NAME.fullmatch(name)]
         if invalid:
-            raise ValueError(f"invalid model name(s) {invalid}: folder names in SERVE_ARTIFACTS_DIR "
-                             "(letters, digits, '.', '_', '-')")
+            raise ValueError(
+                f"invalid model name(s) {invalid}: folder names in SERVE_ARTIFACTS_DIR (letters, digits, '.', '_', '-')"
+            )
         return list(dict.fromkeys(value))
 
     @field_validator("log_level", "log_format", mode="before")
@@ -111,8 +112,10 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _one_request_fits_in_flight(self) -> Settings:
         if self.max_attention_values_in_flight < self.max_attention_values:
-            raise ValueError("max_attention_values_in_flight must be >= max_attention_values: "
-                             "a request at the per-request limit could never be served")
+            raise ValueError(
+                "max_attention_values_in_flight must be >= max_attention_values: "
+                "a request at the per-request limit could never be served"
+            )
         return self
 
     @model_validator(mode="after")
@@ -133,7 +136,10 @@ def discover_models(artifacts_dir: Path) -> list[str]:
     """Every model folder (one with a config.json) in ``artifacts_dir``: DISCOVERY_ORDER first, then by name."""
     found = [p.parent.name for p in artifacts_dir.glob("*/config.json") if MODEL_NAME.fullmatch(p.parent.name)]
     if not found:
-        raise ValueError(f"no model folder (with a config.json) in {artifacts_dir}; export one there, "
-                         "or point SERVE_ARTIFACTS_DIR at another folder")
-    return sorted(found, key=lambda name: (DISCOVERY_ORDER.index(name) if name in DISCOVERY_ORDER
-                                           else len(DISCOVERY_ORDER), name))
+        raise ValueError(
+            f"no model folder (with a config.json) in {artifacts_dir}; export one there, "
+            "or point SERVE_ARTIFACTS_DIR at another folder"
+        )
+    return sorted(
+        found, key=lambda name: (DISCOVERY_ORDER.index(name) if name in DISCOVERY_ORDER else len(DISCOVERY_ORDER), name)
+    )

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import torch
-
 from chat_templates import CHATML
 from hf_checkpoints import SIZES, byte_level_bpe, perturb
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-
 CORPUS = [
     "In the beginning God created the heavens and the earth.",
     "The movie was wonderful, a delight from start to finish.",

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from model.data import read_jsonl
 from model.data.generation import read_documents
 from model.training.ngram import KneserNeyLM
-from model.training.tokenization import SPECIAL_TOKENS
+from model.training.tokenization import GENERATOR_IDS
 
 C_GRID = (1.0, 3.0, 10.0)
 
@@ -45,7 +45,7 @@ def token_stream(tokenizer: Tokenizer, documents: list[str], eos_id: int) -> np.
 def ngram_baseline(generation_dir: Path, tokenizer_path: Path, order: int = 3) -> dict[str, float]:
     """Kneser-Ney n-gram perplexity on the generator's valid and test tokens."""
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    eos = SPECIAL_TOKENS["generator"]["eos"]
+    eos = GENERATOR_IDS["eos"]
     streams = {name: token_stream(tokenizer, read_documents(generation_dir / f"{name}.txt"), eos)
                for name in ("train", "valid", "test")}
     lm = KneserNeyLM(tokenizer.get_vocab_size(), order).fit(streams["train"])

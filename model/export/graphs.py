@@ -26,14 +26,14 @@ from onnx import numpy_helper
 from torch import Tensor, nn
 from torch.export import Dim
 
+from contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
+from contract.names import LOGITS, LOGITS_TO_KEEP
+from model.export.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.network.classifier import Classifier
 from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.network.embedder import Embedder
 from model.network.generator import Generator
-from model.export.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
 from model.network.translator import Translator
-from contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
-from contract.names import LOGITS, LOGITS_TO_KEEP
 
 OPSET = 20
 FORMAT_VERSION = 1
@@ -255,22 +255,6 @@ def embedder_specs(model: Embedder, logits_to_keep: bool = True) -> list[GraphSp
     return encoder_specs(model, EMBEDDING)
 
 
-# torch-side tables of the registry's kinds (tests/model/test_kinds.py checks they cover contract.KINDS)
-MODEL_CLASSES: dict[str, type[nn.Module]] = {"translator": Translator, "generator": Generator, "classifier": Classifier}
-SPECS = {"translator": translator_specs, "generator": generator_specs, "classifier": classifier_specs}
-# Kinds this exporter writes that are imported or built rather than trained here (contract.KINDS
-# lists the trainable ones): their task and graph specs.
-EXPORT_ONLY_KINDS: dict[str, tuple[Task, Any]] = {"embedder": (EMBEDDING, embedder_specs)}
-
-
-def task_of(kind: str) -> Task:
-    return EXPORT_ONLY_KINDS[kind][0] if kind in EXPORT_ONLY_KINDS else KINDS[kind].task
-
-
-def specs_of(kind: str) -> Any:
-    return EXPORT_ONLY_KINDS[kind][1] if kind in EXPORT_ONLY_KINDS else SPECS[kind]
-
-
 # --- ONNX passes ------------------------------------------------------------------------------------
 
 
@@ -347,7 +331,9 @@ def build_config(
     replace the defaults (an embedder's max_positions is the input limit its checkpoint was trained to)."""
     import onnxruntime
 
-    task = task_of(kind)
+    from model.kinds import model_kind
+
+    task = model_kind(kind).task
     out: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "name": name or kind,
@@ -398,6 +384,7 @@ def export_model(
 
     ``name`` is the served model name (default: ``kind``); serve it from a folder of that name."""
     from model.export.golden import record_golden
+    from model.kinds import model_kind  # the kinds' records name this module's spec builders
 
     served_name = name or kind
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -405,7 +392,7 @@ def export_model(
     if fp16_storage:
         round_weights_to_fp16(model)
     graphs: dict[str, dict[str, Any]] = {}
-    for spec in specs_of(kind)(model):
+    for spec in model_kind(kind).graphs(model):
         path = out_dir / graph_file(spec.role)
         export_graph(spec, path)
         int8_file = None

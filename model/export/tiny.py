@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from contract.kinds import KINDS
+from model.export.graphs import export_model
 from model.network.classifier import Classifier
 from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.network.embedder import Embedder, EmbeddingOptions
-from model.export.graphs import MODEL_CLASSES, export_model
-from contract.kinds import KINDS
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -45,12 +45,15 @@ def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> T
 
 def build_tiny_model(kind: str) -> tuple[nn.Module, Tokenizer]:
     """A tiny randomly initialized model and its tokenizer; deterministic (seed 0)."""
-    from model.training import tokenization
 
     torch.manual_seed(0)
-    tokenizer = tokenization.TRAINERS[kind](TINY_CORPUS * 4, 300)
-    config = tiny_config(kind, tokenizer.get_vocab_size(), tokenization.SPECIAL_TOKENS[kind])
-    return MODEL_CLASSES[kind](config), tokenizer  # type: ignore[call-arg]
+    from model.kinds import model_kind
+
+    record = model_kind(kind)
+    assert record.train_tokenizer is not None and record.special_tokens is not None, f"{kind} is not trained here"
+    tokenizer = record.train_tokenizer(TINY_CORPUS * 4, 300)
+    config = tiny_config(kind, tokenizer.get_vocab_size(), record.special_tokens)
+    return record.build(config), tokenizer
 
 
 RERANKER_LABEL = "score"  # the reranker's one label: its logit is the relevance score
@@ -63,8 +66,8 @@ def build_tiny_encoder(name: str) -> tuple[nn.Module, Tokenizer, str]:
     from model.training import tokenization
 
     torch.manual_seed(1 if name == "embedder" else 2)
-    tokenizer = tokenization.TRAINERS["classifier"](TINY_CORPUS * 4, 300)
-    specials = tokenization.SPECIAL_TOKENS["classifier"]
+    tokenizer = tokenization.train_classifier_tokenizer(TINY_CORPUS * 4, 300)
+    specials = tokenization.CLASSIFIER_IDS
     if name == "embedder":
         config = ClassifierConfig(**_tiny_sizes(tokenizer.get_vocab_size(), specials), n_layers=2)
         options = EmbeddingOptions(pooling="mean", normalize=True, max_positions=TINY_MAX_POSITIONS)

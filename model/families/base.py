@@ -156,6 +156,7 @@ class Seq2SeqFamily:
     special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
     languages: Callable[[Tokenizer], dict[str, int]]  # code -> token id; empty: not multilingual
     reference_class: str
+    generation_config: bool = True  # take generation_config.json's forced and start tokens (T5, M2M100)
 
 
 def config_token_id(folder: Path, hf: dict[str, Any], key: str, fallback: int | None = None) -> int:

@@ -9,7 +9,6 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import ClassifierConfig
 from model.families.base import (
     EncoderFamily,
     Tensors,
@@ -19,6 +18,7 @@ from model.families.base import (
     norm,
     require,
 )
+from model.network.config import ClassifierConfig
 
 
 def config(hf: dict[str, Any], specials: dict[str, int], labels: list[str]) -> ClassifierConfig:

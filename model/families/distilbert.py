@@ -10,9 +10,9 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import ClassifierConfig
 from model.families import bert
 from model.families.base import CheckpointError, EncoderFamily, Tensors, activation, linear, norm
+from model.network.config import ClassifierConfig
 
 
 def config(hf: dict[str, Any], specials: dict[str, int], labels: list[str]) -> ClassifierConfig:

@@ -15,8 +15,8 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import GeneratorConfig
 from model.families.base import CheckpointError, DecoderFamily, Tensors, activation, linear
+from model.network.config import GeneratorConfig
 from model.network.rotary import ROPE_TYPES, rope_type
 
 

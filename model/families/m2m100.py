@@ -9,23 +9,22 @@ are the tokenizer's added tokens in either style: M2M100's ``__fr__`` (served as
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import TranslatorConfig
 from model.families.base import (
     CheckpointError,
     Seq2SeqFamily,
     Tensors,
     activation,
-    config_token_id,
     fairseq_layers,
     norm,
     require,
 )
+from model.families.fairseq import special_tokens  # the fairseq translators' ids: pad, unk, start, end
+from model.network.config import TranslatorConfig
 
 NAME = "m2m_100"
 LANGUAGE_TOKEN = re.compile(r"^__([a-z]{2,3}(?:_[A-Za-z]+)?)__$|^([a-z]{3}_[A-Z][a-z]{3})$")
@@ -56,12 +55,6 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
         norm(out, "ln_enc" if side == "encoder" else "ln_dec", src, f"{side}.layer_norm")
     fairseq_layers(out, src, c.n_encoder_layers, c.n_decoder_layers)
     return out
-
-
-def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> dict[str, int]:
-    unk = tokenizer.token_to_id("<unk>")
-    return {"pad": config_token_id(folder, hf, "pad_token_id"), "unk": int(unk) if unk is not None else config_token_id(folder, hf, "pad_token_id"),
-            "bos": config_token_id(folder, hf, "decoder_start_token_id"), "eos": config_token_id(folder, hf, "eos_token_id")}
 
 
 def languages(tokenizer: Tokenizer) -> dict[str, int]:

@@ -11,9 +11,9 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import ClassifierConfig
 from model.families import bert
 from model.families.base import CheckpointError, EncoderFamily, Tensors, linear, named_special_tokens
+from model.network.config import ClassifierConfig
 
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
 

@@ -17,8 +17,8 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.network.config import TranslatorConfig
 from model.families.base import ACTIVATIONS, CheckpointError, Seq2SeqFamily, Tensors, config_token_id, require
+from model.network.config import TranslatorConfig
 
 NAME = "t5"
 

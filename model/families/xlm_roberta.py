@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.network.config import ClassifierConfig
 from model.families import roberta
 from model.families.base import EncoderFamily
+from model.network.config import ClassifierConfig
 
 
 def config(hf: dict[str, Any], specials: dict[str, int], labels: list[str]) -> ClassifierConfig:

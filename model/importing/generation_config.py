@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.network.config import GeneratorConfig, TranslatorConfig
 from model.families.base import CheckpointError
+from model.network.config import GeneratorConfig, TranslatorConfig
 
 FILE = "generation_config.json"
 # generation_config.json key -> the served default it becomes (service/engine/sampling.py names).

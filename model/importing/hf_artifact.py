@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from model.training.card import count_parameters, use_sections
-from model.network.embedder import Embedder
 from model.export.graphs import export_model
 from model.importing.hf_chat_template import write_chat_template
 from model.importing.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import languages, load_tokenizer, special_tokens
 from model.importing.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
+from model.network.embedder import Embedder
+from model.training.card import count_parameters, use_sections
 
 SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "chat_template.jinja",
                 "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.families.base import CheckpointError
 from contract.names import CHAT_TEMPLATE_TOKENS
+from model.families.base import CheckpointError
 
 TEMPLATE_FILE = "chat_template.jinja"
 

@@ -18,14 +18,10 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from model.network.embedder import Embedder, pool
 from model.export.graphs import round_weights_to_fp16
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
+from model.network.embedder import Embedder, pool
 
-HF_CLASSES = {"gpt2": "GPT2LMHeadModel", "marian": "MarianMTModel", "bart": "BartForConditionalGeneration",
-              **{name: f.reference_class for name, f in DECODER_FAMILIES.items()},
-              **{name: f.reference_class for name, f in SEQ2SEQ_FAMILIES.items()}}
-DECODERS = ("gpt2", *DECODER_FAMILIES)  # decoder-only: left-padded prompts into our generator
 SAMPLE_TEXTS = [
     "A wonderful, moving film with brilliant performances.",
     "Dull.",
@@ -38,8 +34,10 @@ def load_hf_model(folder: Path, family: str, has_head: bool = True) -> nn.Module
 
     if family in ENCODER_FAMILIES:
         name = ENCODER_FAMILIES[family].reference_classes[1 if has_head else 0]
+    elif family in DECODER_FAMILIES:
+        name = DECODER_FAMILIES[family].reference_class
     else:
-        name = HF_CLASSES[family]
+        name = SEQ2SEQ_FAMILIES[family].reference_class
     model = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
     return model.eval()
 
@@ -89,7 +87,7 @@ def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int]
         ids, types, mask = padded(tokenizer, texts, specials["pad"])
         with_types = {"token_type_ids": types} if ENCODER_FAMILIES[family].token_type_input else {}
         return {"input_ids": ids, **with_types, "attention_mask": mask}
-    if family in DECODERS:
+    if family in DECODER_FAMILIES:
         ids, _, mask = padded(tokenizer, texts, specials["pad"], left=True)
         return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)}
     ids, _, mask = padded(tokenizer, texts, specials["pad"])
@@ -113,7 +111,7 @@ def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headle
         encoder = model.encoder if isinstance(model, Embedder) else model
         args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
         return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
-    if family in DECODERS:
+    if family in DECODER_FAMILIES:
         return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
     target = inputs["decoder_input_ids"]
     return model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
@@ -128,7 +126,7 @@ def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.nd
         feeds = {k: np_inputs.get(k, np.zeros_like(np_inputs["input_ids"])) for k in names}
         outputs = onnx_outputs(artifact, "encoder", feeds)
         return outputs["logits"] if "logits" in outputs else outputs["embeddings"]
-    if family in DECODERS:
+    if family in DECODER_FAMILIES:
         feeds = {k: np_inputs[k] for k in ("input_ids", "attention_mask", "position_ids")}
         feeds |= empty_cache(config, len(np_inputs["input_ids"]), "past_key_values")
         return onnx_outputs(artifact, "decoder", feeds)["logits"]
@@ -153,9 +151,9 @@ def hf_embeddings(model: nn.Module, inputs: dict[str, Tensor], pooling: str) -> 
 
 def real_positions(family: str, inputs: dict[str, Tensor]) -> Tensor | None:
     """Boolean [B, S] of the positions whose [B, S, ...] outputs count (padding is not compared)."""
-    if family in ENCODER_FAMILIES or family in DECODERS:
+    if family in ENCODER_FAMILIES or family in DECODER_FAMILIES:
         return inputs["attention_mask"].bool()
-    if family in ("marian", "bart", *SEQ2SEQ_FAMILIES):
+    if family in SEQ2SEQ_FAMILIES:
         return inputs["decoder_attention_mask"].bool()
     return None
 

@@ -14,7 +14,7 @@ from typing import Any
 from tokenizers import Tokenizer, processors
 
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
-from model.families.base import CheckpointError, config_token_id, special_token_names, token_id
+from model.families.base import CheckpointError, special_token_names, token_id
 
 __all__ = ["languages", "load_tokenizer", "special_token_names", "special_tokens", "token_id"]
 
@@ -109,20 +109,7 @@ def special_tokens(folder: Path, family: str, hf: dict[str, Any], tokenizer: Tok
         return ENCODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
     if family in DECODER_FAMILIES:
         return DECODER_FAMILIES[family].special_tokens(folder, hf, tokenizer)
-    if family in SEQ2SEQ_FAMILIES:
-        return SEQ2SEQ_FAMILIES[family].special_tokens(folder, hf, tokenizer)
-
-    def config_id(key: str, fallback: int | None = None) -> int:
-        return config_token_id(folder, hf, key, fallback)
-
-    if family == "gpt2":
-        eos = config_id("eos_token_id")
-        return {"pad": config_id("pad_token_id", eos) if hf.get("pad_token_id") is not None else eos,
-                "eos": eos, "bos": config_id("bos_token_id", eos)}
-    # Marian, BART: decoding starts from decoder_start_token_id (Marian's is the pad token).
-    unk = tokenizer.token_to_id("<unk>")
-    return {"pad": config_id("pad_token_id"), "unk": int(unk) if unk is not None else config_id("pad_token_id"),
-            "bos": config_id("decoder_start_token_id"), "eos": config_id("eos_token_id")}
+    return SEQ2SEQ_FAMILIES[family].special_tokens(folder, hf, tokenizer)
 
 
 def languages(family: str, tokenizer: Tokenizer) -> dict[str, int]:

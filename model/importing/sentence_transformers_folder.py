@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.network.embedder import EmbeddingOptions
 from model.families.base import CheckpointError
+from model.network.embedder import EmbeddingOptions
 
 MODULES_FILE = "modules.json"
 POOLING_KEYS = {  # 1_Pooling/config.json flag -> our pooling mode

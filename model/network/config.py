@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
 
@@ -125,14 +124,3 @@ class ClassifierConfig(TransformerConfig):
             raise ValueError(f"ClassifierConfig.pooling must be 'cls' or 'mean', got {self.pooling!r}")
         if self.pooler_activation not in ("tanh", "relu"):
             raise ValueError(f"ClassifierConfig.pooler_activation must be 'tanh' or 'relu', got {self.pooler_activation!r}")
-
-
-CONFIG_CLASSES: dict[str, type[TransformerConfig]] = {
-    cls.kind: cls for cls in (TranslatorConfig, GeneratorConfig, ClassifierConfig)
-}
-
-
-def load_config(path: Path) -> TransformerConfig:
-    data = json.loads(path.read_text())
-    cls = CONFIG_CLASSES[data.pop("kind")]
-    return cls(**data)

@@ -47,14 +47,14 @@ def run_job(job: FinetuneJob) -> dict[str, Any]:
     from model.network.classifier import Classifier
     from model.network.config import ClassifierConfig
     from model.tasks.classification import FineTuneTask
-    from model.training.tokenization import SPECIAL_TOKENS
     from model.training.loop import TrainSettings, load_weights, train
+    from model.training.tokenization import CLASSIFIER_IDS
 
     result_path = job.out_dir / "result.json"
     if result_path.exists():  # finished in an earlier call
         return dict(json.loads(result_path.read_text()))
     tokenizer = Tokenizer.from_file(str(job.run_dir / "tokenizer.json"))
-    task = FineTuneTask(job.data_dir, tokenizer, SPECIAL_TOKENS["classifier"])  # its order: settings.seed
+    task = FineTuneTask(job.data_dir, tokenizer, CLASSIFIER_IDS)  # its order: settings.seed
     torch.manual_seed(job.seed)
     model = Classifier(ClassifierConfig(**{k: v for k, v in job.config.items() if k != "kind"}))
     if job.pretrained is not None:

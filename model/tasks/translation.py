@@ -15,8 +15,8 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.network.decoding import beam_search, translate_greedy
-from model.training.loop import on_device
 from model.network.translator import Translator
+from model.training.loop import on_device
 
 MAX_LEN = 128  # tokens per side; longer verses are truncated for training only
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from torch import nn
 
-from model.training.intended_use import with_intended_use
 from contract.cards import use_summary
+from model.training.intended_use import with_intended_use
 
 
 def count_parameters(model: nn.Module) -> int:

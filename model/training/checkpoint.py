@@ -22,17 +22,18 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from model.network.config import CONFIG_CLASSES, TransformerConfig, load_config
-from model.export.graphs import MODEL_CLASSES, SPECS, export_graph, export_model
-from model.training.loop import load_weights
 from contract.names import LOGITS_TO_KEEP
+from model.export.graphs import export_graph, export_model
+from model.kinds import config_from_dict, load_config, model_kind
+from model.network.config import TransformerConfig
+from model.training.loop import load_weights
 
 FP16_SUFFIX = "__fp16"  # model/export/graphs.py stores large initializers as <name>__fp16 + Cast
 
 
 def load_trained(kind: str, run_dir: Path, weights: str = "best") -> nn.Module:
     config = load_config(run_dir / "config.json")
-    model = MODEL_CLASSES[kind](config)  # type: ignore[call-arg]
+    model = model_kind(kind).build(config)
     load_weights(model, run_dir / f"{weights}.safetensors")
     return model.eval()
 
@@ -46,7 +47,7 @@ def export_checkpoint(kind: str, run_dir: Path, out_dir: Path, int8: bool = True
 def artifact_config(artifact_dir: Path) -> TransformerConfig:
     """The training config of an exported model, from its card (the serving config.json has only dims)."""
     data = dict(json.loads((artifact_dir / "card.json").read_text())["config"])
-    return CONFIG_CLASSES[data.pop("kind")](**data)
+    return config_from_dict(data)
 
 
 def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -98,7 +99,7 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
     heads), which keep their random initialization.
     """
     torch.manual_seed(1234)
-    model = MODEL_CLASSES[kind](artifact_config(artifact_dir))  # type: ignore[call-arg]
+    model = model_kind(kind).build(artifact_config(artifact_dir))
     model.eval()
     params = dict(model.named_parameters())  # tied weights appear once, under their first name
     with torch.no_grad():  # distinct random values everywhere: equal initializers (LayerNorm ones) would be merged
@@ -114,7 +115,7 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
             by_digest.setdefault(_digest(value.T), (name, True))
     recovered: dict[str, torch.Tensor] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in SPECS[kind](model, _takes_logits_to_keep(artifact_dir)):  # type: ignore[operator]
+        for spec in model_kind(kind).graphs(model, _takes_logits_to_keep(artifact_dir)):
             reference_path = Path(tmp) / f"{spec.role}.onnx"
             export_graph(spec, reference_path)
             reference, trained_graph = onnx.load(str(reference_path)), onnx.load(str(artifact_dir / f"{spec.role}.onnx"))

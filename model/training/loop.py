@@ -20,9 +20,9 @@ import json
 import logging
 import math
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 

@@ -18,14 +18,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-# The stable run of each model kind, in runs/ and (packed) in its artifact folder.
-STABLE_RUNS = {"translator": "translator", "generator": "generator", "classifier": "classifier/pretrain"}
-COMMITTED_RUNS = {"translator": "stable.safetensors", "generator": "stable.safetensors",
-                  "classifier": "pretrained.safetensors"}  # the classifier's is its MLM + NSP pretraining
-
 
 def committed_run(artifact_dir: Path, kind: str) -> Path:
-    return artifact_dir / COMMITTED_RUNS[kind]
+    from model.kinds import model_kind  # the kinds' records import the networks; a packed run needs none
+
+    committed = model_kind(kind).committed_run
+    if committed is None:
+        raise ValueError(f"{kind} is not trained here: it has no committed run")
+    return artifact_dir / committed
 
 
 def pack_run(run_dir: Path, out: Path) -> None:

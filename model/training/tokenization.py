@@ -5,20 +5,18 @@
 - classifier: lowercase WordPiece with the BERT ``[CLS] A [SEP] B [SEP]`` template.
 
 Special tokens come first, in a fixed order, so their ids are the ones in
-``SPECIAL_TOKENS``; the trainers check this.
+``*_IDS``; the trainers check this. model/kinds.py gives each kind its trainer and ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-SPECIAL_TOKENS: dict[str, dict[str, int]] = {
-    "translator": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
-    "generator": {"pad": 0, "eos": 1, "bos": 1},
-    "classifier": {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
-}
+TRANSLATOR_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+GENERATOR_IDS = {"pad": 0, "eos": 1, "bos": 1}
+CLASSIFIER_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 TRANSLATOR_SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 GENERATOR_SPECIALS = ["<pad>", "<|endoftext|>"]
 CLASSIFIER_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -84,10 +82,3 @@ def train_classifier_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_V
         special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
     return _check_ids(tokenizer, CLASSIFIER_SPECIALS)
-
-
-TRAINERS: dict[str, Callable[[Iterable[str], int], Tokenizer]] = {
-    "translator": train_translator_tokenizer,
-    "generator": train_generator_tokenizer,
-    "classifier": train_classifier_tokenizer,
-}

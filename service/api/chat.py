@@ -138,8 +138,9 @@ class _ChatChunks:
         return sse(data)
 
     @staticmethod
-    def _choice(index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None = None,
-                finish_reason: str | None = None) -> dict[str, Any]:
+    def _choice(
+        index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None = None, finish_reason: str | None = None
+    ) -> dict[str, Any]:
         return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
 
     def start(self) -> list[str]:
@@ -182,7 +183,7 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
             index=i,
             message=ChatCompletionMessage(content=r.text),
             logprobs=chat_logprobs(r.tokens, generator) if body.logprobs else None,
-            finish_reason=FINISH[r.finish_reason],  # type: ignore[arg-type]
+            finish_reason=FINISH[r.finish_reason],
         )
         for i, r in enumerate(results)
     ]

@@ -62,8 +62,10 @@ class ChatCompletionRequest(OpenAISampling):
         json_schema_extra={
             "allOf": [
                 {
-                    "if": {"properties": {"top_logprobs": {"type": "integer", "exclusiveMinimum": 0}},
-                           "required": ["top_logprobs"]},
+                    "if": {
+                        "properties": {"top_logprobs": {"type": "integer", "exclusiveMinimum": 0}},
+                        "required": ["top_logprobs"],
+                    },
                     "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
                 },
                 {
@@ -73,8 +75,12 @@ class ChatCompletionRequest(OpenAISampling):
                 CHOICES_RULE,
             ],
             "examples": [
-                {"model": "generator", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16,
-                 "seed": 42}
+                {
+                    "model": "generator",
+                    "messages": [{"role": "user", "content": "Hello!"}],
+                    "max_tokens": 16,
+                    "seed": 42,
+                }
             ],
         }
     )
@@ -90,8 +96,9 @@ class ChatCompletionRequest(OpenAISampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20, description="with logprobs: the most likely alternatives")
     response_format: dict[str, Any] | None = Field(
-        None, description="`{\"type\": \"text\"}` only: no JSON-constrained decoding", json_schema_extra={
-            "properties": {"type": {"const": "text"}}, "required": ["type"]}
+        None,
+        description='`{"type": "text"}` only: no JSON-constrained decoding',
+        json_schema_extra={"properties": {"type": {"const": "text"}}, "required": ["type"]},
     )
     tools: list[dict[str, Any]] | None = Field(None, description="only with tool_choice 'none' (no tool calls)")
     tool_choice: Literal["none"] | None = Field(None, description="'none' only: tool calling is not supported")

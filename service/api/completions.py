@@ -104,7 +104,9 @@ def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationServic
     for text in texts:
         offsets.append(at)
         at += len(text)
-    top = [{t.text: t.logprob for t in e.top_logprobs} if e.top_logprobs else {} for e in tokens]
+    top: list[dict[str, float] | None] = [
+        {t.text: t.logprob for t in e.top_logprobs} if e.top_logprobs else {} for e in tokens
+    ]
     return CompletionLogprobs(
         tokens=texts,
         token_logprobs=[e.logprob if e.logprob is not None else 0.0 for e in tokens],
@@ -201,7 +203,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
             text=echo + r.text,
             index=i,
             logprobs=_joined(lp, _logprobs(r.tokens, len(echo), generator)) if body.logprobs is not None else None,
-            finish_reason=FINISH[r.finish_reason],  # type: ignore[arg-type]
+            finish_reason=FINISH[r.finish_reason],
         )
         for i, (r, echo, lp) in enumerate(zip(results, echoes, echo_logprobs, strict=True))
     ]

@@ -28,15 +28,23 @@ CSP = (
 # Each page: its renderer (ReDoc without its Google Fonts), the title's suffix, and which local asset
 # file each of the renderer's URL arguments names (the defaults point at CDNs).
 PAGES: dict[str, tuple[Callable[..., HTMLResponse], str, dict[str, str]]] = {
-    "/docs": (get_swagger_ui_html, "Swagger UI", {
-        "swagger_js_url": "swagger-ui-bundle.js",
-        "swagger_css_url": "swagger-ui.css",
-        "swagger_favicon_url": "favicon.png",
-    }),
-    "/redoc": (partial(get_redoc_html, with_google_fonts=False), "ReDoc", {
-        "redoc_js_url": "redoc.standalone.js",
-        "redoc_favicon_url": "favicon.png",
-    }),
+    "/docs": (
+        get_swagger_ui_html,
+        "Swagger UI",
+        {
+            "swagger_js_url": "swagger-ui-bundle.js",
+            "swagger_css_url": "swagger-ui.css",
+            "swagger_favicon_url": "favicon.png",
+        },
+    ),
+    "/redoc": (
+        partial(get_redoc_html, with_google_fonts=False),
+        "ReDoc",
+        {
+            "redoc_js_url": "redoc.standalone.js",
+            "redoc_favicon_url": "favicon.png",
+        },
+    ),
 }
 
 

@@ -22,7 +22,6 @@ router = APIRouter(tags=["openai"])
 DEFAULT_MODEL = "default"  # also names the default embedding model, as an omitted `model` does
 
 
-
 class EmbeddingRequest(StrictRequest):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"input": ["A sentence to embed.", "And another one."], "model": "embedder"}]}

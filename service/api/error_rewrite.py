@@ -34,8 +34,8 @@ class ErrorShapeMiddleware(HttpMiddleware):
         async def rewrite(message: Message) -> None:
             nonlocal start, body
             if message["type"] == "http.response.start":
-                headers = dict(message.get("headers", []))
-                if message["status"] >= 400 and headers.get(b"content-type", b"").startswith(b"application/json"):
+                content_type = dict(message.get("headers", [])).get(b"content-type", b"")
+                if message["status"] >= 400 and content_type.startswith(b"application/json"):
                     start = message  # hold it until the (small) error body is complete
                     return
             if start is None:

@@ -91,7 +91,7 @@ async def generate(body: GenerateRequest, engine: EngineDep, request: Request) -
         response = GenerateResponse(
             model=handle.model,
             text=result.text,
-            finish_reason=result.finish_reason,  # type: ignore[arg-type]
+            finish_reason=result.finish_reason,
             usage=usage(result),
             seed=result.seed,
             tokens=[token_model(t) for t in result.tokens] if body.logprobs else None,

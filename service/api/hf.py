@@ -55,6 +55,7 @@ from service.engine.translation_service import TranslationJob, TranslationServic
 
 router = APIRouter(tags=["hugging face"])
 
+
 class TextPair(Lenient):
     text: Text
     text_pair: Text
@@ -73,7 +74,7 @@ class ClassificationRequest(Lenient):
     )
 
     inputs: Text | TextPair | Annotated[list[Text | TextPair], Field(min_length=1)]
-    parameters: ClassificationParameters = Field(default_factory=ClassificationParameters)
+    parameters: ClassificationParameters = Field(default_factory=lambda: ClassificationParameters())
 
 
 _TRANSLATE = TranslateRequest.model_fields
@@ -98,7 +99,9 @@ class TranslationParameters(Lenient):
 class TranslationRequest(Lenient):
     model_config = ConfigDict(
         json_schema_extra={
-            "examples": [{"inputs": "The Lord is my shepherd.", "parameters": {"generate_parameters": {"num_beams": 4}}}]
+            "examples": [
+                {"inputs": "The Lord is my shepherd.", "parameters": {"generate_parameters": {"num_beams": 4}}}
+            ]
         }
     )
 

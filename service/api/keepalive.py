@@ -22,6 +22,7 @@ async def send_chunks(chunks: AsyncIterator[str], send: Send, interval_s: float)
     last = time.monotonic()  # when the source last gave a chunk
     sending = False  # a send is under way (a slow client): the connection is not idle, no comment
     comment: asyncio.Task[None] | None = None  # on its way; one that failed stays, for the stream to raise
+    timer: asyncio.TimerHandle | None = None
 
     async def put(chunk: str) -> None:
         nonlocal sending
@@ -45,7 +46,8 @@ async def send_chunks(chunks: AsyncIterator[str], send: Send, interval_s: float)
             last = now
         timer = loop.call_later(interval_s - (now - last), tick)
 
-    timer = loop.call_later(interval_s, tick) if interval_s > 0 else None
+    if interval_s > 0:
+        timer = loop.call_later(interval_s, tick)
     try:
         async for chunk in chunks:
             last = time.monotonic()

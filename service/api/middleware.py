@@ -100,7 +100,8 @@ class RequestMetricsMiddleware(HttpMiddleware):
         children = self._children.get(key)
         if children is None:
             children = self._children[key] = (
-                self.metrics.requests.labels(*key), self.metrics.request_duration.labels(*key)
+                self.metrics.requests.labels(*key),
+                self.metrics.request_duration.labels(*key),
             )
         return children
 

@@ -42,8 +42,9 @@ def _is_default(engine: Engine, info: ModelInfo) -> bool:
 
 @router.get("/v1/models", response_model=ModelList, response_model_exclude_none=True)
 async def list_models(engine: EngineDep) -> ModelList:
-    return ModelList(data=[_card(info, engine.settings.model_details, _is_default(engine, info))
-                           for info in engine.models.values()])
+    return ModelList(
+        data=[_card(info, engine.settings.model_details, _is_default(engine, info)) for info in engine.models.values()]
+    )
 
 
 @router.get("/v1/models/{model_id}", response_model=ModelCard, response_model_exclude_none=True)

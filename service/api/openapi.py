@@ -46,8 +46,12 @@ PIPELINE_PATH = "/models/{name}/pipeline/{task}"
 # The Inference API tasks whose body differs from DISPATCH_BODIES' one for the model's task.
 TASK_BODIES = {"feature-extraction": FeatureExtractionRequest, "sentence-similarity": SentenceSimilarityRequest}
 # Path parameters that name a served model.
-MODEL_PARAMS = {("/models/{name}/info", "name"), ("/models/{name}/health", "name"), ("/v1/models/{model_id}", "model_id"),
-                ("/api/models/{name}", "name")}
+MODEL_PARAMS = {
+    ("/models/{name}/info", "name"),
+    ("/models/{name}/health", "name"),
+    ("/v1/models/{model_id}", "model_id"),
+    ("/api/models/{name}", "name"),
+}
 
 
 def _member(prop: dict[str, Any], kind: str) -> dict[str, Any]:

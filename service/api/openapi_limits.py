@@ -155,7 +155,9 @@ def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
     if embed is not None:
         _bound_token_ids("inputs")[0](embed, (limit[0], None))
         truncating = {"properties": {"truncate": {"const": True}}, "required": ["truncate"]}
-        embed.setdefault("allOf", []).append({"if": truncating, "else": {"properties": _bound_token_ids("inputs")[1](limit)}})
+        embed.setdefault("allOf", []).append(
+            {"if": truncating, "else": {"properties": _bound_token_ids("inputs")[1](limit)}}
+        )
 
 
 def add_runtime_limits(schema: Schema, engine: Engine) -> None:
@@ -167,7 +169,8 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     default = next(iter(by_name), None)
 
     def prop(component: str, name: str) -> Schema | None:
-        return components.get(component, {}).get("properties", {}).get(name)
+        found: Schema | None = components.get(component, {}).get("properties", {}).get(name)
+        return found
 
     # Items one request may queue (texts, prompts, and for completions prompts x n).
     for component, field in (("TranslateRequest", "text"), ("ClassifyRequest", "text"), ("CompletionRequest", "prompt"),

@@ -126,23 +126,25 @@ class TranslateRequest(Request):
                 _requires({"stream": {"const": True}}, {"text": {"not": {"type": "array", "minItems": 2}}}),
                 _requires({"do_sample": {"const": True}}, {"num_beams": {"const": 1}}),
                 _requires({"repetition_penalty": {"not": {"const": 1}}}, {"num_beams": {"const": 1}}),
-                _requires({"stop": {"not": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
-                          {"num_beams": {"const": 1}}),
+                _requires(
+                    {"stop": {"not": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+                    {"num_beams": {"const": 1}},
+                ),
             ],
             "examples": [{"text": "The Lord is my shepherd.", "model": "translator", "num_beams": 4, "n_best": 2}],
         }
     )
 
-    text: Text | Annotated[list[Text], Field(min_length=1)] = Field(
-        description="one source text, or a list of them"
-    )
+    text: Text | Annotated[list[Text], Field(min_length=1)] = Field(description="one source text, or a list of them")
     model: ModelName
     num_beams: int = Field(4, ge=1, le=16, description="1 = greedy; beams are batch rows")
     n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
     length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="score = logprob / length ** length_penalty")
     max_new_tokens: int | None = Field(None, ge=1, description="default: 2 * source tokens + 16, within the server cap")
     no_repeat_ngram_size: int = Field(
-        3, ge=0, le=16,
+        3,
+        ge=0,
+        le=16,
         description="no n-gram of this many tokens occurs twice in an output (0 = off); the model card measures 3",
     )
     do_sample: bool = Field(False, description="sample instead of searching (num_beams must be 1)")
@@ -161,14 +163,16 @@ class TranslateRequest(Request):
         False, description="Server-Sent Events: one `token` event per target token, then `done` (one text, num_beams=1)"
     )
     source_lang: str | None = Field(
-        None, max_length=32,
+        None,
+        max_length=32,
         description="a multilingual model's (M2M100, NLLB) source language code, e.g. `en` or `eng_Latn`; "
-                    "default: its tokenizer's",
+        "default: its tokenizer's",
     )
     target_lang: str | None = Field(
-        None, max_length=32,
+        None,
+        max_length=32,
         description="a multilingual model's target language code, forced as the first token; default: the "
-                    "checkpoint's forced_bos_token_id, else required",
+        "checkpoint's forced_bos_token_id, else required",
     )
 
     @model_validator(mode="after")
@@ -206,7 +210,13 @@ class GenerateRequest(Request):
         json_schema_extra={
             "allOf": [_requires({"top_logprobs": {"exclusiveMinimum": 0}}, {"logprobs": {"const": True}})],
             "examples": [
-                {"prompt": "In the beginning", "model": "generator", "max_new_tokens": 16, "temperature": 0.8, "seed": 42}
+                {
+                    "prompt": "In the beginning",
+                    "model": "generator",
+                    "max_new_tokens": 16,
+                    "temperature": 0.8,
+                    "seed": 42,
+                }
             ],
         }
     )
@@ -221,7 +231,9 @@ class GenerateRequest(Request):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
     stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="the same random numbers alone or batched (see the README)")
+    seed: int | None = Field(
+        None, ge=0, le=MAX_SEED, description="the same random numbers alone or batched (see the README)"
+    )
     ignore_eos: bool = False
     stream: bool = Field(False, description="Server-Sent Events: one `token` event per token, then `done`")
     logprobs: bool = Field(False, description="return each token's log-probability")
@@ -268,7 +280,7 @@ class StreamOptions(Request):
 
 # best_of, when given, is n: one branch per n (an absent n is 1). One anyOf, not an if/then per value: a
 # schema with many of those is a product of alternatives that schemathesis cannot generate from.
-CHOICES_RULE = {
+CHOICES_RULE: dict[str, Any] = {
     "anyOf": [
         {"properties": {"n": {"const": n}, "best_of": {"enum": [n, None]}}, **({"required": ["n"]} if n > 1 else {})}
         for n in range(1, 17)
@@ -380,7 +392,9 @@ class CompletionResponse(Response):
 class ClassifyRequest(Request):
     model_config = ConfigDict(
         json_schema_extra={
-            "examples": [{"text": ["A wonderful, moving film.", "A dull story."], "model": "classifier-minilm", "top_k": 2}]
+            "examples": [
+                {"text": ["A wonderful, moving film.", "A dull story."], "model": "classifier-minilm", "top_k": 2}
+            ]
         }
     )
 
@@ -436,7 +450,9 @@ class ModelCard(Response):
     provider: dict[str, str] = Field(description="execution provider really in use, per graph")
     quantization: dict[str, str] = Field(description="none or int8, per graph")
     metrics: dict[str, Any] = Field(description="from the model card")
-    card: dict[str, Any] | None = Field(None, description="the whole model card; left out with SERVE_MODEL_DETAILS=false")
+    card: dict[str, Any] | None = Field(
+        None, description="the whole model card; left out with SERVE_MODEL_DETAILS=false"
+    )
 
 
 class ModelList(Response):

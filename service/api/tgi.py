@@ -54,7 +54,9 @@ def _prefill(generator: GenerationService, scores: list[list[TokenScore]] | None
     return [{"id": s.id, "text": generator.tokenizer.decode([s.id]), "logprob": s.logprob} for s in prompt]
 
 
-async def _tgi_generate(engine: Engine, generator: GenerationService, body: TgiRequest, request: Request) -> dict[str, Any]:
+async def _tgi_generate(
+    engine: Engine, generator: GenerationService, body: TgiRequest, request: Request
+) -> dict[str, Any]:
     p = body.parameters
     handle = await _submit(engine, generator, body)
     prefill = _prefill(generator, await unless_disconnected(request, handle.prompt_scores()))
@@ -116,7 +118,9 @@ def _tgi_chunk(token: TokenEvent, p: TgiParameters, text: str | None, details: d
     return sse(chunk)
 
 
-async def tgi_answer(engine: Engine, generator: GenerationService, body: TgiRequest, request: Request, as_list: bool) -> Any:
+async def tgi_answer(
+    engine: Engine, generator: GenerationService, body: TgiRequest, request: Request, as_list: bool
+) -> Any:
     """TGI's answer (or stream); the Inference API's text-generation gets it as a list."""
     if body.stream:
         return await _tgi_stream(engine, generator, body, request)

@@ -53,7 +53,7 @@ class TgiRequest(Lenient):
     )
 
     inputs: NonEmptyText
-    parameters: TgiParameters = Field(default_factory=TgiParameters)
+    parameters: TgiParameters = Field(default_factory=lambda: TgiParameters())
     stream: bool = False
 
 

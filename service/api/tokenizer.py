@@ -49,7 +49,9 @@ def too_many_tokens(count: int, limit: int, field: str) -> ApiError:
 
 class TokenizeRequest(Request):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"prompt": "In the beginning", "model": "generator", "return_token_strs": True}]}
+        json_schema_extra={
+            "examples": [{"prompt": "In the beginning", "model": "generator", "return_token_strs": True}]
+        }
     )
 
     model: str | None = None
@@ -109,7 +111,9 @@ async def detokenize(body: DetokenizeRequest, engine: EngineDep, request: HttpRe
     vocab = service.artifact.vocab_size
     bad = [t for t in body.tokens if t >= vocab]
     if bad:
-        raise ApiError(422, "validation_error", f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})", "tokens")
+        raise ApiError(
+            422, "validation_error", f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})", "tokens"
+        )
     tokenizer = service.tokenizer
     large = len(body.tokens) > LARGE_INPUT_CHARS // 4
     [text] = await tokenizer_slots(request.app).run(lambda: tokenizer.decode_batch([body.tokens]), large=large)

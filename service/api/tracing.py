@@ -33,7 +33,10 @@ def _ms(seconds: float) -> bytes:
 def timing_headers(timing: RequestTiming, now: float) -> list[tuple[bytes, bytes]]:
     headers = [(b"x-total-time", _ms(now - timing.started))]
     if timing.queued is not None and timing.admitted is not None:
-        headers += [(b"x-queue-time", _ms(timing.admitted - timing.queued)), (b"x-inference-time", _ms(now - timing.admitted))]
+        headers += [
+            (b"x-queue-time", _ms(timing.admitted - timing.queued)),
+            (b"x-inference-time", _ms(now - timing.admitted)),
+        ]
     return headers
 
 

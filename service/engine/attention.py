@@ -95,8 +95,10 @@ class RowAttention:
     def maps(self, steps: int, heads: int, src: int) -> dict[str, list[Any]]:
         """JSON maps of the first `steps` rows (the output tokens; an end token's row is left out)."""
         if steps == 0:
-            return {"decoder": [to_json(np.zeros((heads, 0, 0)))] * len(self.self_attn),
-                    "cross": [to_json(np.zeros((heads, 0, src)))] * len(self.cross_attn)}
+            return {
+                "decoder": [to_json(np.zeros((heads, 0, 0)))] * len(self.self_attn),
+                "cross": [to_json(np.zeros((heads, 0, src)))] * len(self.cross_attn),
+            }
         return {
             "decoder": [to_json(stack_rows(rows[:steps], steps)) for rows in self.self_attn],
             "cross": [to_json(np.concatenate(rows[:steps], axis=1)) for rows in self.cross_attn],

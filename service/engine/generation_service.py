@@ -144,8 +144,11 @@ class GenerationService(TaskService[GenerationSequence]):
         much as fits", and only what fits must be within the cap."""
         room = self.artifact.max_positions - len(prompt_ids)
         if requested is None:  # the model's own default (generation_config.json) where it has one
-            default = int(self.artifact.generation_defaults.get("max_new_tokens", room if fill_context
-                                                                else DEFAULT_MAX_NEW_TOKENS))
+            default = int(
+                self.artifact.generation_defaults.get(
+                    "max_new_tokens", room if fill_context else DEFAULT_MAX_NEW_TOKENS
+                )
+            )
             return max(1, min(default, self.settings.max_new_tokens, room))
         if requested > room:
             if self.settings.strict_max_tokens:

@@ -51,9 +51,7 @@ class Metrics:
         self.queue_depth = gauge("serve_queue_depth", "Requests waiting for a batch slot.")
         self.running = gauge("serve_running_sequences", "Sequences prefilling or decoding (one per request item).")
         self.running_rows = gauge("serve_running_rows", "Batch rows of the running sequences (beams count each).")
-        self.time_to_first_token = histogram(
-            "serve_time_to_first_token_seconds", "Admission to first generated token."
-        )
+        self.time_to_first_token = histogram("serve_time_to_first_token_seconds", "Admission to first generated token.")
         self.inter_token_latency = histogram(
             "serve_inter_token_latency_seconds",
             "Time between consecutive tokens of one sequence.",

@@ -75,8 +75,9 @@ class TranslationResult:
 
 
 class TranslationSequence(Sequence):
-    def __init__(self, src_ids: list[int], params: TranslationParams, max_new_tokens: int,
-                 forced_first: int | None = None) -> None:
+    def __init__(
+        self, src_ids: list[int], params: TranslationParams, max_new_tokens: int, forced_first: int | None = None
+    ) -> None:
         super().__init__(rows=params.num_beams, prefill_tokens=len(src_ids))
         self.src_ids = src_ids
         self.params = params
@@ -266,7 +267,11 @@ class TranslationBatch(SequenceBatch[_Request]):
         return emits
 
     def _choose(
-        self, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray], requests: np.ndarray, offsets: np.ndarray,
+        self,
+        logits: np.ndarray,
+        banned: tuple[np.ndarray, np.ndarray],
+        requests: np.ndarray,
+        offsets: np.ndarray,
         emits: list[Emit],
     ) -> tuple[np.ndarray, ...]:
         """The num_beams=1 requests (one row each): the chooser picks, `stopping` ends them."""
@@ -298,7 +303,11 @@ class TranslationBatch(SequenceBatch[_Request]):
         return requests[alive], rows[alive], choice.tokens[alive], logprob[alive]
 
     def _search(
-        self, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray], requests: np.ndarray, offsets: np.ndarray,
+        self,
+        logits: np.ndarray,
+        banned: tuple[np.ndarray, np.ndarray],
+        requests: np.ndarray,
+        offsets: np.ndarray,
         emits: list[Emit],
     ) -> tuple[np.ndarray, ...]:
         """The beam requests: each row's best tokens from the scoring head (enough that 2 * num_beams
@@ -326,8 +335,11 @@ class TranslationBatch(SequenceBatch[_Request]):
         """At the first step, a request with a forced first token (a target language) can choose only it,
         with logprob 0, as transformers' ForcedBOSTokenLogitsProcessor does."""
         offsets = np.cumsum(self.counts) - self.counts
-        forced = [(int(o), r.seq.forced_first) for o, r in zip(offsets, self.requests, strict=True)
-                  if r.seq.forced_first is not None and self.targets.length[o] == 0]
+        forced = [
+            (int(o), r.seq.forced_first)
+            for o, r in zip(offsets, self.requests, strict=True)
+            if r.seq.forced_first is not None and self.targets.length[o] == 0
+        ]
         if not forced:
             return logits
         logits = logits.copy()

@@ -121,8 +121,9 @@ class TranslationService(TaskService[TranslationSequence]):
         sources = self.tokenize(job.texts, job.fields, await self.encode(job.texts, self.max_source_tokens))
         sources = [self.languages.source(src, job.source_lang) for src in sources]
         sequences = [
-            TranslationSequence(src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens),
-                                forced)
+            TranslationSequence(
+                src, params, params.max_new_tokens or min(2 * len(src) + 16, self.max_target_tokens), forced
+            )
             for src in sources
         ]
         if params.return_attention:

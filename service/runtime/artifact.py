@@ -20,8 +20,11 @@ FORMAT_VERSION = 1
 # with the range a request's own value must be in (service/api/schemas.py), so that a default that fills an
 # omitted field is never one a request could not send: (type, lowest, highest, lowest allowed).
 GENERATION_DEFAULTS: dict[str, tuple[type, float, float, bool]] = {
-    "temperature": (float, 0.0, 10.0, True), "top_p": (float, 0.0, 1.0, False), "top_k": (int, 0, 2**31 - 1, True),
-    "repetition_penalty": (float, 0.0, 10.0, False), "max_new_tokens": (int, 1, 2**31 - 1, True),
+    "temperature": (float, 0.0, 10.0, True),
+    "top_p": (float, 0.0, 1.0, False),
+    "top_k": (int, 0, 2**31 - 1, True),
+    "repetition_penalty": (float, 0.0, 10.0, False),
+    "max_new_tokens": (int, 1, 2**31 - 1, True),
 }
 
 
@@ -180,11 +183,16 @@ def _generation_defaults(value: Any, where: str) -> dict[str, Any]:
     for name, default in value.items():
         kind, low, high, low_allowed = GENERATION_DEFAULTS[name]
         number = isinstance(default, (int, float)) and not isinstance(default, bool)
-        if not number or (kind is int and not isinstance(default, int)) or not (
-                low <= default <= high if low_allowed else low < default <= high):
+        if (
+            not number
+            or (kind is int and not isinstance(default, int))
+            or not (low <= default <= high if low_allowed else low < default <= high)
+        ):
             article = "an integer" if kind is int else "a number"
-            raise ArtifactError(f"{where}: generation_defaults.{name} must be {article} "
-                                f"in {'[' if low_allowed else '('}{low:g}, {high:g}], not {default!r}")
+            raise ArtifactError(
+                f"{where}: generation_defaults.{name} must be {article} "
+                f"in {'[' if low_allowed else '('}{low:g}, {high:g}], not {default!r}"
+            )
     return dict(value)
 
 
@@ -197,7 +205,8 @@ def _decoding_fields(folder: Path, data: dict[str, Any], where: str) -> dict[str
         raise ArtifactError(f"{where}: eos_token_ids must be a list of token ids below vocab_size")
     bad_words = data.get("bad_words_ids", [])
     if not isinstance(bad_words, list) or not all(
-            isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < vocab for w in bad_words):
+        isinstance(w, list) and len(w) == 1 and isinstance(w[0], int) and 0 <= w[0] < vocab for w in bad_words
+    ):
         raise ArtifactError(f"{where}: bad_words_ids must be single-token lists ([[id], ...]) below vocab_size")
     languages = data.get("languages", {})
     if not isinstance(languages, dict) or not all(isinstance(t, int) and 0 <= t < vocab for t in languages.values()):
@@ -211,9 +220,14 @@ def _decoding_fields(folder: Path, data: dict[str, Any], where: str) -> dict[str
             chat_template = parse_chat_template(folder, data[CHAT_TEMPLATE], where)
         except ValueError as exc:
             raise ArtifactError(str(exc)) from None
-    return {"eos_token_ids": tuple(eos_token_ids), "banned_token_ids": tuple(w[0] for w in bad_words),
-            "generation_defaults": _generation_defaults(data.get("generation_defaults", {}), where),
-            "languages": dict(languages), "forced_bos_token_id": forced_bos, "chat_template": chat_template}
+    return {
+        "eos_token_ids": tuple(eos_token_ids),
+        "banned_token_ids": tuple(w[0] for w in bad_words),
+        "generation_defaults": _generation_defaults(data.get("generation_defaults", {}), where),
+        "languages": dict(languages),
+        "forced_bos_token_id": forced_bos,
+        "chat_template": chat_template,
+    }
 
 
 def load_artifact(folder: Path) -> Artifact:

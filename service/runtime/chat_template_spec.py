@@ -38,8 +38,11 @@ def parse_chat_template(folder: Path, data: Any, where: str) -> ChatTemplateSpec
         raise ValueError(f"{where}: cannot read the chat template {path} ({exc})") from None
     tokens = data.get("special_tokens", {})
     # Only these names: another (`messages`, say) would shadow the render's own variables.
-    if not isinstance(tokens, dict) or not all(k in CHAT_TEMPLATE_TOKENS and isinstance(v, str)
-                                               for k, v in tokens.items()):
-        raise ValueError(f"{where}: {CHAT_TEMPLATE}.special_tokens must map names among "
-                         f"{', '.join(CHAT_TEMPLATE_TOKENS)} to token strings")
+    if not isinstance(tokens, dict) or not all(
+        k in CHAT_TEMPLATE_TOKENS and isinstance(v, str) for k, v in tokens.items()
+    ):
+        raise ValueError(
+            f"{where}: {CHAT_TEMPLATE}.special_tokens must map names among "
+            f"{', '.join(CHAT_TEMPLATE_TOKENS)} to token strings"
+        )
     return ChatTemplateSpec(source, path, dict(tokens))

@@ -89,13 +89,20 @@ def _config(artifact: Artifact) -> str:
 
 def _config_fields(artifact: Artifact) -> dict[str, Any]:
     """config.json's fields as the server read them, under their config.json names."""
-    fields: dict[str, Any] = {"vocab_size": artifact.vocab_size, "max_positions": artifact.max_positions,
-                              "special_tokens": artifact.special_tokens, "dims": artifact.dims}
+    fields: dict[str, Any] = {
+        "vocab_size": artifact.vocab_size,
+        "max_positions": artifact.max_positions,
+        "special_tokens": artifact.special_tokens,
+        "dims": artifact.dims,
+    }
     if artifact.contract is CLASSIFICATION:
         fields["labels"] = list(artifact.labels)
     if artifact.contract is EMBEDDING:
-        fields |= {"pooling": artifact.pooling, "normalize": artifact.normalize,
-                   "dimensions_truncatable": artifact.dimensions_truncatable}
+        fields |= {
+            "pooling": artifact.pooling,
+            "normalize": artifact.normalize,
+            "dimensions_truncatable": artifact.dimensions_truncatable,
+        }
     return fields
 
 
@@ -279,9 +286,7 @@ def _empty_kv(artifact: Artifact, prefix: str, layers: int, batch: int = 1) -> d
     return dict.fromkeys(kv_names(prefix, layers), empty)
 
 
-def _probe(
-    artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_tokens: int
-) -> dict[str, np.ndarray]:
+def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_tokens: int) -> dict[str, np.ndarray]:
     """Run each graph at the highest token id (vocab_size - 1) and the furthest position the server can
     use: max_positions - 1 where positions are inputs, else a sequence as long as the server allows.
     Returns a translator's cross-attention feeds for further decoder probes (none for other tasks)."""

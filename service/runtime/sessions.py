@@ -96,9 +96,12 @@ def artifact_sessions(
     spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
     one_step = "decoder" not in graphs  # a classifier: one run answers its requests
     one_step = one_step and (dims is None or leaves_a_core(dims))
-    return {role: GraphSession(model, spec, options, spin=role == spinning, busy_session=one_step,
-                               initializers=initializers)
-            for role, spec in graphs.items()}
+    return {
+        role: GraphSession(
+            model, spec, options, spin=role == spinning, busy_session=one_step, initializers=initializers
+        )
+        for role, spec in graphs.items()
+    }
 
 
 class GraphSession:
@@ -135,10 +138,14 @@ class GraphSession:
         self.device = "cuda" if self.provider == CUDA else "cpu"
         busy_threads = options.busy_threads() if busy_session and self.device == "cpu" else None
         busy_options = None if busy_threads is None else replace(options, intra_op_threads=busy_threads)
-        self.busy_session = None if busy_options is None else ort.InferenceSession(
-            str(path),
-            sess_options=self._session_options(busy_options, spin, self._initializers),
-            providers=[CPU],
+        self.busy_session = (
+            None
+            if busy_options is None
+            else ort.InferenceSession(
+                str(path),
+                sess_options=self._session_options(busy_options, spin, self._initializers),
+                providers=[CPU],
+            )
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
         if self.quantization == "int8" and self.device == "cuda":

@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")  # the training extra
 import onnxruntime as ort  # noqa: E402
 
-from model.network.config import ClassifierConfig  # noqa: E402
-from model.network.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
 from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
 from model.export.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
+from model.network.config import ClassifierConfig  # noqa: E402
+from model.network.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
 
 ATOL = 1e-4
 
@@ -92,15 +92,15 @@ def test_pooling_reads_only_the_real_tokens(mode: str) -> None:
 @pytest.mark.parametrize("token_types", [0, 1])
 def test_embedder_without_a_token_type_input_exports_two_inputs(token_types: int, tmp_path: Path) -> None:
     """type_vocab_size 0 (DistilBERT) or 1 (RoBERTa: the one row is added to every token): no token_type_ids."""
-    from model.training import tokenization
     from model.export.tiny import TINY_CORPUS
+    from model.training import tokenization
 
-    tokenizer = tokenization.TRAINERS["classifier"](TINY_CORPUS * 4, 300)
+    tokenizer = tokenization.train_classifier_tokenizer(TINY_CORPUS * 4, 300)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     torch.manual_seed(0)
     config = ClassifierConfig(vocab_size=tokenizer.get_vocab_size(), d_model=16, n_heads=2, d_ff=32, n_layers=1,
                               max_positions=32, type_vocab_size=token_types,
-                              special_tokens=tokenization.SPECIAL_TOKENS["classifier"])
+                              special_tokens=tokenization.CLASSIFIER_IDS)
     model = Embedder(config, EmbeddingOptions(pooling="max", normalize=False))
     config_json = export_model("embedder", model, tmp_path / "tokenizer.json", tmp_path / "out", int8=False)
     assert [i["name"] for i in config_json["graphs"]["encoder"]["inputs"]] == ["input_ids", "attention_mask"]

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import onnxruntime as ort  # noqa: E402
 
 from model.export.graphs import round_weights_to_fp16  # noqa: E402
-from model.network.layers import positions_from_mask  # noqa: E402
 from model.export.tiny import build_tiny_model  # noqa: E402
+from model.network.layers import positions_from_mask  # noqa: E402
 
 ATOL = 1e-4
 DECODE_STEPS = 20

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the training extra
 
-from model.training.checkpoint import weights_from_artifact  # noqa: E402
 from model.network.decoding import beam_search  # noqa: E402
+from model.training.checkpoint import weights_from_artifact  # noqa: E402
 from service.engine.metrics import Metrics  # noqa: E402
 from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence  # noqa: E402
 from service.runtime.artifact import load_artifact  # noqa: E402

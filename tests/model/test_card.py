@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from model.training.card import write_card
-from scripts.card_examples import refresh_card
-from model.importing.hf_artifact import write_card as write_import_card
-from model.training.intended_use import RECORDS
 from contract.cards import use_summary
+from model.importing.hf_artifact import write_card as write_import_card
+from model.training.card import write_card
+from model.training.intended_use import RECORDS
+from scripts.card_examples import refresh_card
 
 
 def trained_card(name: str) -> dict[str, Any]:

@@ -14,10 +14,10 @@ from hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
-from model.network.embedder import Embedder
 from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.importing.sentence_transformers_folder import read_sentence_transformer
+from model.network.embedder import Embedder
 from scripts import import_checkpoint as cli
 
 TEXTS = [

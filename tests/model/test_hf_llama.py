@@ -19,10 +19,10 @@ from hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
-from model.network.config import GeneratorConfig
-from model.network.generator import Generator
 from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.network.config import GeneratorConfig
+from model.network.generator import Generator
 from model.network.layers import RMSNorm
 
 NAMES = list(DECODER_CHECKPOINTS)

@@ -1,5 +1,5 @@
-"""model/'s per-kind tables (torch classes, graph specs, tokenizers, recipes) cover exactly the kinds of
-the registry in contract/, and agree with what the contract requires of their task."""
+"""model/kinds.py's records (networks, graph specs, configs, tokenizers, runs) and the recipes cover exactly
+the trainable kinds of the registry in contract/, and agree with what the contract requires of their task."""
 
 from __future__ import annotations
 
@@ -7,25 +7,26 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from model.training import tokenization  # noqa: E402
-from scripts import recipes  # noqa: E402
-from model.network.config import CONFIG_CLASSES  # noqa: E402
-from model.export.graphs import MODEL_CLASSES, SPECS  # noqa: E402
-from model.importing.hf_import import detect_family  # noqa: E402
 from contract.kinds import FAMILIES, KINDS  # noqa: E402
+from model.importing.hf_import import detect_family  # noqa: E402
+from model.kinds import MODEL_KINDS, TRAINABLE, model_kind  # noqa: E402
+from scripts import recipes  # noqa: E402
 
 
 def test_every_kind_has_a_model_an_export_a_tokenizer_and_a_recipe() -> None:
-    for table in (MODEL_CLASSES, SPECS, CONFIG_CLASSES, tokenization.TRAINERS, tokenization.SPECIAL_TOKENS):
-        assert set(table) == set(KINDS)
+    assert set(TRAINABLE) == set(KINDS)
     for kind in KINDS:
-        assert CONFIG_CLASSES[kind].kind == kind
+        record = model_kind(kind)
+        assert record.config is not None and record.config.kind == kind
+        assert record.task is KINDS[kind].task
+        assert record.train_tokenizer is not None and record.stable_run and record.committed_run
         assert callable(getattr(recipes, f"train_{kind}"))
+    assert {k.name for k in MODEL_KINDS.values() if not k.trainable} == {"embedder"}  # imported, never trained
 
 
 def test_each_kind_has_the_special_tokens_its_task_needs() -> None:
     for kind in KINDS.values():
-        assert set(kind.task.special_tokens) <= set(tokenization.SPECIAL_TOKENS[kind.name]), kind.name
+        assert set(kind.task.special_tokens) <= set(model_kind(kind.name).special_tokens or {}), kind.name
 
 
 def test_the_importer_reads_the_registry_families() -> None:

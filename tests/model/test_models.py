@@ -19,8 +19,8 @@ from model.network.decoding import (  # noqa: E402
 )
 from model.network.generator import Generator  # noqa: E402
 from model.network.layers import positions_from_mask  # noqa: E402
-from model.tasks.classification import mask_tokens  # noqa: E402
 from model.network.translator import Translator  # noqa: E402
+from model.tasks.classification import mask_tokens  # noqa: E402
 
 V = 50
 SPECIAL = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}

@@ -6,7 +6,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from model.training.tokenization import (
-    SPECIAL_TOKENS,
+    CLASSIFIER_IDS,
+    GENERATOR_IDS,
+    TRANSLATOR_IDS,
     train_classifier_tokenizer,
     train_generator_tokenizer,
     train_translator_tokenizer,
@@ -28,7 +30,7 @@ def test_translator_round_trip(translator: Tokenizer, text: str) -> None:
 
 
 def test_translator_special_ids_and_eos(translator: Tokenizer) -> None:
-    ids = SPECIAL_TOKENS["translator"]
+    ids = TRANSLATOR_IDS
     for token, key in [("<pad>", "pad"), ("<unk>", "unk"), ("<s>", "bos"), ("</s>", "eos")]:
         assert translator.token_to_id(token) == ids[key]
     assert translator.encode(ENGLISH).ids[-1] == ids["eos"]
@@ -42,7 +44,7 @@ def test_translator_keeps_case_and_accents(translator: Tokenizer) -> None:
 
 def test_classifier_pair_template() -> None:
     tokenizer = train_classifier_tokenizer(["A great movie.", "The worst film ever!", ENGLISH] * 5, vocab_size=200)
-    ids = SPECIAL_TOKENS["classifier"]
+    ids = CLASSIFIER_IDS
     assert [tokenizer.token_to_id(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]] == [0, 1, 2, 3, 4]
     single = tokenizer.encode("Great movie")
     assert single.tokens == ["[CLS]", "great", "movie", "[SEP]"]
@@ -57,5 +59,5 @@ def test_generator_byte_level_round_trip() -> None:
     text = "Emoji 🤖🎉, accents: déjà vu, naïve Zoë.\n\n  Tabs\tand spaces."
     encoding = tokenizer.encode(text)
     assert tokenizer.decode(encoding.ids) == text
-    assert SPECIAL_TOKENS["generator"]["eos"] not in encoding.ids
-    assert tokenizer.encode("a<|endoftext|>b").ids[1] == SPECIAL_TOKENS["generator"]["eos"]
+    assert GENERATOR_IDS["eos"] not in encoding.ids
+    assert tokenizer.encode("a<|endoftext|>b").ids[1] == GENERATOR_IDS["eos"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -12,11 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
 from model.export import graphs as export  # noqa: E402
-from model.training.checkpoint import weights_from_artifact  # noqa: E402
 from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
+from model.export.tiny import build_tiny_model
+from model.kinds import MODEL_KINDS  # noqa: E402
+from model.training.checkpoint import weights_from_artifact  # noqa: E402
 from model.training.loop import TrainSettings, TrainState, learning_rate, train  # noqa: E402
 from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
-from model.export.tiny import build_tiny_model  # noqa: E402
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:
@@ -136,7 +138,8 @@ def test_weights_are_recovered_exactly_from_an_exported_artifact(
     model, tokenizer = build_tiny_model(kind)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     if not logits_to_keep:
-        monkeypatch.setitem(export.SPECS, kind, functools.partial(export.generator_specs, logits_to_keep=False))
+        specs = functools.partial(export.generator_specs, logits_to_keep=False)
+        monkeypatch.setitem(MODEL_KINDS, kind, dataclasses.replace(MODEL_KINDS[kind], graphs=specs))
     export_model(kind, model, tmp_path / "tokenizer.json", tmp_path / kind, int8=False)
     monkeypatch.undo()
     graphs = json.loads((tmp_path / kind / "config.json").read_text())["graphs"].values()

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.service.conftest import Served, serve
 from service.settings import Settings
+from tests.service.conftest import Served, serve
 
 ENCODERS = ["embedder", "reranker", "classifier"]
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "stocks fell sharply today", "the cat slept"]

@@ -4,6 +4,7 @@ graph names, the model-kind registry, and the generator's optional ``logits_to_k
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import shutil
 import sys
@@ -137,6 +138,7 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
 
     from model.export import graphs as export
     from model.export.tiny import build_tiny_model
+    from model.kinds import MODEL_KINDS
 
     folders = {}
     for keep in (True, False):
@@ -144,7 +146,7 @@ def test_old_and_new_generator_graphs_give_the_same_next_token_logits(tmp_path: 
         tokenizer.save(str(tmp_path / "tokenizer.json"))
         specs = functools.partial(export.generator_specs, logits_to_keep=keep)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setitem(export.SPECS, "generator", specs)
+            patch.setitem(MODEL_KINDS, "generator", dataclasses.replace(MODEL_KINDS["generator"], graphs=specs))
             export.export_model("generator", model, tmp_path / "tokenizer.json", tmp_path / str(keep), int8=False)
         folders[keep] = load_artifact(tmp_path / str(keep))
     results = {}
