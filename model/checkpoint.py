@@ -74,8 +74,8 @@ def _name_map(reference: onnx.ModelProto, trained: onnx.ModelProto) -> dict[str,
     if [n.op_type for n in ref_nodes] != [n.op_type for n in trained_nodes]:
         raise ValueError("the artifact's graph differs from this code's export of the same architecture")
     names = {}
-    for ref_node, trained_node in zip(ref_nodes, trained_nodes):
-        for ref_input, trained_input in zip(ref_node.input, trained_node.input):
+    for ref_node, trained_node in zip(ref_nodes, trained_nodes, strict=False):
+        for ref_input, trained_input in zip(ref_node.input, trained_node.input, strict=False):
             names.setdefault(ref_input, trained_input)
     return names
 

@@ -130,5 +130,5 @@ def evaluate_bleu(model: Translator, tokenizer: Tokenizer, path: Path, limit: in
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "sentences": len(rows),
-        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h} for r, h in list(zip(rows, hypotheses))[:3]],
+        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h} for r, h in list(zip(rows, hypotheses, strict=False))[:3]],
     }

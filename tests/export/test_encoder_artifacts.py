@@ -73,7 +73,7 @@ def test_tiny_reranker_is_a_one_label_classifier(tiny_encoder_artifacts: Path) -
 
 def loop_pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     rows = []
-    for h, m in zip(hidden, mask):
+    for h, m in zip(hidden, mask, strict=False):
         real = h[m.astype(bool)]
         rows.append({"mean": real.mean(0), "cls": h[0], "max": real.max(0), "lasttoken": real[-1]}[mode])
     return np.stack(rows)

@@ -34,7 +34,7 @@ class Exported:
             session = ort.InferenceSession(str(self.dir / self.config["graphs"][role]["int8_file"]),
                                            providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds)))
+        return dict(zip(names, session.run(names, feeds), strict=False))
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +155,7 @@ def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None
         ref_cross = model.cross_kv(memory)
     real = src_mask.astype(bool)  # [B, Ssrc]: compare real source positions only
     for i, pair in enumerate(ref_cross):
-        for name, expected in zip(("key", "value"), pair):
+        for name, expected in zip(("key", "value"), pair, strict=False):
             got = enc[f"cross.{i}.{name}"].transpose(0, 2, 1, 3)[real]  # [B, H, S, Dh] -> [real, H, Dh]
             assert np.abs(got - expected.numpy().transpose(0, 2, 1, 3)[real]).max() <= ATOL
     cross = [enc[f"cross.{i}.{kv}"] for i in range(L) for kv in ("key", "value")]
