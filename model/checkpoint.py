@@ -32,7 +32,7 @@ FP16_SUFFIX = "__fp16"  # model/export.py stores large initializers as <name>__f
 
 def load_trained(kind: str, run_dir: Path, weights: str = "best") -> nn.Module:
     config = load_config(run_dir / "config.json")
-    model = MODEL_CLASSES[kind](config)  # type: ignore[call-arg]
+    model = MODEL_CLASSES[kind](config)
     load_weights(model, run_dir / f"{weights}.safetensors")
     return model.eval()
 
@@ -98,7 +98,7 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
     heads), which keep their random initialization.
     """
     torch.manual_seed(1234)
-    model = MODEL_CLASSES[kind](artifact_config(artifact_dir))  # type: ignore[call-arg]
+    model = MODEL_CLASSES[kind](artifact_config(artifact_dir))
     model.eval()
     params = dict(model.named_parameters())  # tied weights appear once, under their first name
     with torch.no_grad():  # distinct random values everywhere: equal initializers (LayerNorm ones) would be merged

@@ -35,7 +35,8 @@ TINY_CORPUS = [
 
 
 def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> TransformerConfig:
-    common = {"vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_positions": 128, "special_tokens": special_tokens}
+    common: dict[str, Any] = {"vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_positions": 128,
+                              "special_tokens": special_tokens}
     if kind == "translator":
         return TranslatorConfig(**common, n_encoder_layers=2, n_decoder_layers=2)
     if kind == "generator":

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from chat_templates import CHATML
-from hf_checkpoints import SIZES, byte_level_bpe, perturb
+from tests.chat_templates import CHATML
+from tests.hf_checkpoints import SIZES, byte_level_bpe, perturb
 
 NAME = "chat"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra
+pytest.importorskip("torch")  # the training extra
+import torch
 import onnxruntime as ort  # noqa: E402
 
 from model.config import ClassifierConfig  # noqa: E402

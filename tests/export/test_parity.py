@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
+pytest.importorskip("torch")  # the training extra; .ci/run installs it
+import torch  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from model.export import round_weights_to_fp16  # noqa: E402

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra
+pytest.importorskip("torch")  # the training extra
+import torch  # noqa: E402
 
 from model.checkpoint import weights_from_artifact  # noqa: E402
 from model.decoding import beam_search  # noqa: E402

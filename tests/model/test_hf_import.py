@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_checkpoints import FAMILIES
+from tests.hf_checkpoints import FAMILIES
 from tokenizers import Tokenizer
 
 from model import hf_parity

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
+from tests.hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 from tokenizers import Tokenizer
 
 from model import hf_parity

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
+pytest.importorskip("torch")  # the training extra; .ci/run installs it
+import torch  # noqa: E402
 
 from model import export  # noqa: E402
 from model.checkpoint import weights_from_artifact  # noqa: E402
