@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra
 import torch
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
-from model.config import ClassifierConfig  # noqa: E402
-from model.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
-from model.export import export_model, round_weights_to_fp16  # noqa: E402
-from model.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
+from model.config import ClassifierConfig
+from model.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool
+from model.export import export_model, round_weights_to_fp16
+from model.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder
 
 ATOL = 1e-4
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
-import torch  # noqa: E402
-import onnxruntime as ort  # noqa: E402
+import torch
+import onnxruntime as ort
 
-from model.export import round_weights_to_fp16  # noqa: E402
-from model.layers import positions_from_mask  # noqa: E402
-from model.tiny import build_tiny_model  # noqa: E402
+from model.export import round_weights_to_fp16
+from model.layers import positions_from_mask
+from model.tiny import build_tiny_model
 
 ATOL = 1e-4
 DECODE_STEPS = 20

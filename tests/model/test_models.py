@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
-import torch  # noqa: E402
+import torch
 
-from model.classifier import Classifier  # noqa: E402
-from model.config import ClassifierConfig, GeneratorConfig, TranslatorConfig  # noqa: E402
-from model.decoding import (  # noqa: E402
+from model.classifier import Classifier
+from model.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
+from model.decoding import (
     banned_tokens,
     beam_search,
     filter_logits,
@@ -18,10 +18,10 @@ from model.decoding import (  # noqa: E402
     translate_greedy,
     translate_greedy_uncached,
 )
-from model.generator import Generator  # noqa: E402
-from model.layers import positions_from_mask  # noqa: E402
-from model.tasks.classification import mask_tokens  # noqa: E402
-from model.translator import Translator  # noqa: E402
+from model.generator import Generator
+from model.layers import positions_from_mask
+from model.tasks.classification import mask_tokens
+from model.translator import Translator
 
 V = 50
 SPECIAL = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}

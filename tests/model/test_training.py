@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
-import torch  # noqa: E402
+import torch
 
-from model import export  # noqa: E402
-from model.checkpoint import weights_from_artifact  # noqa: E402
-from model.export import export_model, round_weights_to_fp16  # noqa: E402
-from model.training import TrainSettings, TrainState, learning_rate, train  # noqa: E402
-from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
-from model.tiny import build_tiny_model  # noqa: E402
+from model import export
+from model.checkpoint import weights_from_artifact
+from model.export import export_model, round_weights_to_fp16
+from model.training import TrainSettings, TrainState, learning_rate, train
+from scripts.evaluate_translation import has_repeat_loop
+from model.tiny import build_tiny_model
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:
