@@ -51,7 +51,7 @@ def build_tiny_model(kind: str) -> tuple[nn.Module, Tokenizer]:
     torch.manual_seed(0)
     tokenizer = tokenization.TRAINERS[kind](TINY_CORPUS * 4, 300)
     config = tiny_config(kind, tokenizer.get_vocab_size(), tokenization.SPECIAL_TOKENS[kind])
-    return MODEL_CLASSES[kind](config), tokenizer  # type: ignore[call-arg]
+    return MODEL_CLASSES[kind](config), tokenizer
 
 
 RERANKER_LABEL = "score"  # the reranker's one label: its logit is the relevance score
