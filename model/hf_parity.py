@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnxruntime as ort
@@ -18,6 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from model.classifier import Classifier
 from model.embedder import Embedder, pool
 from model.export import round_weights_to_fp16
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
@@ -40,7 +41,7 @@ def load_hf_model(folder: Path, family: str, has_head: bool = True) -> nn.Module
         name = ENCODER_FAMILIES[family].reference_classes[1 if has_head else 0]
     else:
         name = HF_CLASSES[family]
-    model = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
+    model: nn.Module = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
     return model.eval()
 
 
@@ -101,22 +102,28 @@ def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int]
 
 @torch.no_grad()
 def hf_logits(model: nn.Module, family: str, inputs: dict[str, Tensor]) -> Tensor:
+    outputs = model(**inputs)  # a transformers ModelOutput
     if family in ENCODER_FAMILIES and not hasattr(model, "classifier"):
-        return model(**inputs).last_hidden_state  # a headless encoder: compare its hidden states
-    return model(**inputs).logits
+        hidden: Tensor = outputs.last_hidden_state  # a headless encoder: compare its hidden states
+        return hidden
+    logits: Tensor = outputs.logits
+    return logits
 
 
 @torch.no_grad()
 def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headless: bool = False) -> Tensor:
     """Our model's logits for ``reference_inputs``; ``headless`` (or an embedder): the encoder's hidden states."""
     if family in ENCODER_FAMILIES:
-        encoder = model.encoder if isinstance(model, Embedder) else model
+        encoder = cast(Classifier, model.encoder if isinstance(model, Embedder) else model)
         args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
-        return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
+        encoded: Tensor = encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
+        return encoded
     if family in DECODERS:
-        return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
+        generated: Tensor = model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
+        return generated
     target = inputs["decoder_input_ids"]
-    return model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
+    translated: Tensor = model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
+    return translated
 
 
 def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.ndarray:
