@@ -70,10 +70,13 @@ def write_any_card(folder: Path, card: dict[str, Any]) -> None:
     """card.json and card.md with the writer that made them: an imported checkpoint's card (it has a
     ``source``) with model/hf_artifact.py's, ours with model/card.py's."""
     if "source" in card:
-        from model.hf_artifact import write_card
+        from model.hf_artifact import write_card as write_imported_card
+
+        write_imported_card(folder, card)
     else:
         from model.card import write_card
-    write_card(folder, card)
+
+        write_card(folder, card)
 
 
 def with_examples(card: dict[str, Any], task: str, examples: list[dict[str, str]]) -> dict[str, Any]:
