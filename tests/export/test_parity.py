@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import onnxruntime as ort
 from model.export import round_weights_to_fp16
 from model.layers import positions_from_mask
 from model.tiny import build_tiny_model
+from model.translator import Translator
 
 ATOL = 1e-4
 DECODE_STEPS = 20
@@ -145,6 +147,7 @@ def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
 def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None:
     exported = tiny["translator"]
     model, dims = exported.model.eval(), exported.config["dims"]
+    assert isinstance(model, Translator)
     L, H, Dh = dims["n_decoder_layers"], dims["n_heads"], dims["d_head"]
     bos = exported.config["special_tokens"]["bos"]
     rng = np.random.default_rng(1)
@@ -204,7 +207,7 @@ def test_classifier_parity(tiny: dict[str, Exported]) -> None:
     assert np.abs(out["attentions.0"] - weights[0].numpy()).max() <= ATOL
 
 
-def grid_feeds(config: dict, role: str, B: int, S: int, P: int) -> dict[str, np.ndarray]:
+def grid_feeds(config: dict[str, Any], role: str, B: int, S: int, P: int) -> dict[str, np.ndarray]:
     """Inputs of any size for one graph, built from config.json's symbolic shapes."""
     sizes = {"batch": B, "seq": S, "src": S + 1, "past": P, "total": P + S}
     feeds = {}
