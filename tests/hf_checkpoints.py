@@ -47,12 +47,12 @@ def byte_level_bpe(folder: Path, specials: list[str], vocab_size: int = 300) -> 
 
 def build_bert(folder: Path) -> None:
     from tokenizers import BertWordPieceTokenizer
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(CORPUS, vocab_size=200, show_progress=False)
     wordpiece.save_model(str(folder))  # vocab.txt
-    tokenizer = BertTokenizerFast.from_pretrained(str(folder))  # reads vocab.txt
+    tokenizer = BertTokenizer.from_pretrained(str(folder))  # reads vocab.txt
     tokenizer.save_pretrained(str(folder))
     (folder / "tokenizer.json").unlink()  # vocab files only: the importer has to build tokenizer.json
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=SIZES["d_model"],
@@ -66,10 +66,10 @@ def build_bert(folder: Path) -> None:
 
 
 def build_gpt2(folder: Path) -> None:
-    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
     byte_level_bpe(folder, ["<|endoftext|>"])
-    tokenizer = GPT2TokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+    tokenizer = GPT2Tokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
     tokenizer.save_pretrained(str(folder))
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=SIZES["positions"], n_embd=SIZES["d_model"],
@@ -186,7 +186,7 @@ def build_roberta(folder: Path, head: bool = True) -> None:
 def unigram_tokenizer_json(folder: Path) -> object:
     """An XLM-R-shaped SentencePiece Unigram tokenizer built with the tokenizers library (no download)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import XLMRobertaTokenizerFast
+    from transformers import XLMRobertaTokenizer
 
     unigram = Tokenizer(models.Unigram())
     unigram.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -197,7 +197,7 @@ def unigram_tokenizer_json(folder: Path) -> object:
     unigram.add_special_tokens(["<mask>"])
     unigram.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-    tokenizer = XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+    tokenizer = XLMRobertaTokenizer(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
                                         cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
     tokenizer.save_pretrained(str(folder))
     return tokenizer
