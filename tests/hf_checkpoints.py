@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
@@ -156,7 +157,14 @@ ENCODER_CHECKPOINTS = {
 }
 
 
-def encoder_sizes() -> dict[str, int]:
+class EncoderSizes(TypedDict):
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    num_hidden_layers: int
+
+
+def encoder_sizes() -> EncoderSizes:
     return {"hidden_size": SIZES["d_model"], "num_attention_heads": SIZES["heads"],
             "intermediate_size": SIZES["ffn"], "num_hidden_layers": SIZES["layers"]}
 
@@ -241,7 +249,7 @@ def build_distilbert(folder: Path) -> None:
     model.save_pretrained(str(folder))
 
 
-def bert_config(tokenizer: object, **extra: object) -> object:
+def bert_config(tokenizer: object, **extra: int) -> object:
     from transformers import BertConfig
 
     return BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SIZES["positions"],  # type: ignore[attr-defined]
