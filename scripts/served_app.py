@@ -13,7 +13,7 @@ import httpx
 
 
 @asynccontextmanager
-async def served_client(base_url: str, timeout: float, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def served_client(base_url: str, request_timeout: float, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the app built from ``Settings(**settings)``, once its engine is ready."""
     from service.app import create_app
     from service.settings import Settings
@@ -25,5 +25,5 @@ async def served_client(base_url: str, timeout: float, **settings: Any) -> Async
                 raise RuntimeError(app.state.engine.failure)
             await asyncio.sleep(0.05)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=timeout) as client:
+        async with httpx.AsyncClient(transport=transport, base_url=base_url, timeout=request_timeout) as client:
             yield client

@@ -66,7 +66,7 @@ def run_one(folder: Path, init: Path | None, data: Path, run_dir: Path, recipe: 
 def soup(paths: list[Path]) -> dict[str, torch.Tensor]:
     """The uniform average of checkpoints fine-tuned from one start."""
     states = [load_file(str(p)) for p in paths]
-    return {name: sum(s[name].float() for s in states) / len(states) for name in states[0]}
+    return {name: sum((s[name].float() for s in states), torch.zeros(())) / len(states) for name in states[0]}
 
 
 def config_key(run: dict[str, Any]) -> str:

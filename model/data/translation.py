@@ -13,8 +13,9 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from model.data import normalize_text, write_jsonl
 
@@ -51,7 +52,7 @@ def book_split(book: str) -> str:
     return "test" if book in TEST_BOOKS else "valid" if book in VALID_BOOKS else "train"
 
 
-def read_bible_pairs(db_path: Path, source: str) -> list[dict]:
+def read_bible_pairs(db_path: Path, source: str) -> list[dict[str, Any]]:
     """Aligned (source version, Segond) verses in canonical order, empty ones dropped."""
     query = """
         SELECT r.bName, s.vText, t.vText FROM bible s
@@ -69,9 +70,9 @@ def read_bible_pairs(db_path: Path, source: str) -> list[dict]:
     return [p for p in pairs if p["src"] and p["tgt"]]
 
 
-def split_bible(pairs: Iterable[dict]) -> dict[str, list[dict]]:
+def split_bible(pairs: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Route pairs by book: WEB to train/valid/test, Basic English to train/test_bbe (not valid)."""
-    splits: dict[str, list[dict]] = {name: [] for name in ("train", "valid", "test", "test_bbe")}
+    splits: dict[str, list[dict[str, Any]]] = {name: [] for name in ("train", "valid", "test", "test_bbe")}
     for pair in pairs:
         split = book_split(pair["book"])
         if pair["source"] == "bbe" and split != "train":
@@ -93,7 +94,7 @@ def clean_gettext_pair(msgid: str, msgstr: str) -> tuple[str, str] | None:
     return src, tgt
 
 
-def gettext_pairs(entries: Iterable[tuple[str, str, str]]) -> list[dict]:
+def gettext_pairs(entries: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
     """Clean gettext (domain, msgid, msgstr) entries, deduplicated on the case-folded source."""
     seen: set[str] = set()
     pairs = []
@@ -110,7 +111,7 @@ def gettext_pairs(entries: Iterable[tuple[str, str, str]]) -> list[dict]:
 
 def build_translation(db_path: Path, gettext_entries: Iterable[tuple[str, str, str]],
                       out_dir: Path, seed: int = 0,
-                      parallel: dict[str, Iterable[tuple[str, str, str]]] | None = None) -> dict[str, dict[str, int]]:
+                      parallel: Mapping[str, Iterable[tuple[str, str, str]]] | None = None) -> dict[str, dict[str, int]]:
     """Write ``{train,valid,test,test_bbe,test_gettext}.jsonl``; return pair counts per file.
 
     ``parallel`` ({source: (catalog, msgid, msgstr) triples}, see ``parallel_sources``) adds its

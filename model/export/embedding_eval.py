@@ -55,12 +55,14 @@ def embed(folder: Path, texts: list[str]) -> np.ndarray:
         ids[i, :n], types[i, :n], mask[i, :n] = e.ids, e.type_ids, 1
     available = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
     feeds = {i["name"]: available[i["name"]] for i in graph["inputs"]}
-    (vectors,) = session.run(["embeddings"], feeds)
-    return vectors  # type: ignore[no-any-return]
+    (vectors,) = session.run(["embeddings"], feeds)  # onnxruntime is untyped: one float array per output
+    embeddings: np.ndarray = vectors
+    return embeddings
 
 
 def normalized(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit: np.ndarray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
 
 
 def nearest_neighbours(vectors: np.ndarray) -> np.ndarray:
@@ -68,7 +70,8 @@ def nearest_neighbours(vectors: np.ndarray) -> np.ndarray:
     unit = normalized(vectors)
     similarity = unit @ unit.T
     np.fill_diagonal(similarity, -np.inf)
-    return similarity.argmax(1)  # type: ignore[no-any-return]
+    nearest: np.ndarray = similarity.argmax(1)
+    return nearest
 
 
 def paraphrase_retrieval(folder: Path) -> dict[str, Any]:

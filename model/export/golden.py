@@ -96,7 +96,7 @@ def record_golden(folder: Path) -> None:
     golden: dict[str, Any] = {}
     for role in config["graphs"]:
         names, outputs = run_graph(folder, role)
-        golden[role] = {name: summarize(out) for name, out in zip(names, outputs) if not name.startswith(ATTENTIONS)}
+        golden[role] = {name: summarize(out) for name, out in zip(names, outputs, strict=False) if not name.startswith(ATTENTIONS)}
     golden |= records(folder)
     (folder / GOLDEN_FILE).write_text(json.dumps(golden, indent=1) + "\n")
 

@@ -17,7 +17,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -405,8 +405,8 @@ def export_model(
             store_initializers_fp16(path)
         graphs[spec.role] = {"file": path.name, "int8_file": int8_file, **describe_io(path)}
     extra = model.artifact_fields() if isinstance(model, Embedder) else None
-    config = build_config(kind, model.config, graphs, "float16" if fp16_storage else "float32", served_name,  # type: ignore[arg-type]
-                          extra)
+    model_config = cast(TransformerConfig, model.config)  # every exportable model has one
+    config = build_config(kind, model_config, graphs, "float16" if fp16_storage else "float32", served_name, extra)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     shutil.copyfile(tokenizer_path, out_dir / "tokenizer.json")
     if card_dir is not None:
@@ -414,7 +414,7 @@ def export_model(
             if (card_dir / name).exists():
                 shutil.copyfile(card_dir / name, out_dir / name)
     if not (out_dir / "card.json").exists():
-        untrained = {"model": served_name, "metrics": {}, "note": "untrained", "config": model.config.to_dict()}  # type: ignore[operator]
+        untrained = {"model": served_name, "metrics": {}, "note": "untrained", "config": model_config.to_dict()}
         (out_dir / "card.json").write_text(json.dumps(untrained, indent=2) + "\n")
     record_golden(out_dir)
     return config

@@ -35,7 +35,8 @@ TINY_CORPUS = [
 
 
 def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> TransformerConfig:
-    common = dict(vocab_size=vocab_size, d_model=32, n_heads=2, d_ff=64, max_positions=128, special_tokens=special_tokens)
+    common: dict[str, Any] = {"vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_positions": 128,
+                              "special_tokens": special_tokens}
     if kind == "translator":
         return TranslatorConfig(**common, n_encoder_layers=2, n_decoder_layers=2)
     if kind == "generator":
@@ -80,8 +81,8 @@ def build_tiny_encoder(name: str) -> tuple[nn.Module, Tokenizer, str]:
 
 
 def _tiny_sizes(vocab_size: int, special_tokens: dict[str, int]) -> dict[str, Any]:
-    return dict(vocab_size=vocab_size, d_model=32, n_heads=2, d_ff=64, max_positions=128,
-                special_tokens=special_tokens)
+    return {"vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_positions": 128,
+                "special_tokens": special_tokens}
 
 
 def build_tiny(name: str) -> tuple[nn.Module, Tokenizer, str]:

@@ -43,9 +43,8 @@ class Tensors:
 
     def take_alias(self, name: str, same_as: Tensor) -> None:
         """A tied copy (e.g. an LM head saved beside its embedding): read it if present, and it must match."""
-        if name in self.tensors:
-            if not torch.equal(self.take(name), same_as):
-                raise CheckpointError(f"{name!r} should be tied to the embedding but differs from it")
+        if name in self.tensors and not torch.equal(self.take(name), same_as):
+            raise CheckpointError(f"{name!r} should be tied to the embedding but differs from it")
 
     def discard(self, prefix: str) -> list[str]:
         """Mark the tensors under ``prefix`` as read without using them (a part our model replaces)."""

@@ -10,7 +10,7 @@ where it would change a result (a window shorter than the context).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from tokenizers import Tokenizer
 from torch import Tensor
@@ -48,7 +48,13 @@ def check_sliding_window(hf: dict[str, Any], family: str) -> None:
                               f"max_position_embeddings={context}) is not supported")
 
 
-def biases(hf: dict[str, Any], family: str) -> dict[str, bool]:
+class Biases(TypedDict):
+    qkv_bias: bool
+    out_bias: bool
+    ff_bias: bool
+
+
+def biases(hf: dict[str, Any], family: str) -> Biases:
     if family == "qwen2":
         return {"qkv_bias": True, "out_bias": False, "ff_bias": False}
     if family == "mistral":

@@ -63,7 +63,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{folder} is not a folder")
     if not path.is_file():
         raise CheckpointError(f"{folder} has no config.json (found: {sorted(p.name for p in folder.iterdir())})")
-    return json.loads(path.read_text())
+    config: dict[str, Any] = json.loads(path.read_text())
+    return config
 
 
 def read_weights(folder: Path) -> dict[str, Tensor]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnxruntime as ort
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from model.export.graphs import round_weights_to_fp16
 from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
+from model.network.classifier import Classifier
 from model.network.embedder import Embedder, pool
 
 SAMPLE_TEXTS = [
@@ -99,22 +100,26 @@ def reference_inputs(family: str, tokenizer: Tokenizer, specials: dict[str, int]
 
 @torch.no_grad()
 def hf_logits(model: nn.Module, family: str, inputs: dict[str, Tensor]) -> Tensor:
+    outputs = model(**inputs)  # a transformers ModelOutput
     if family in ENCODER_FAMILIES and not hasattr(model, "classifier"):
-        return model(**inputs).last_hidden_state  # a headless encoder: compare its hidden states
-    return model(**inputs).logits
+        hidden: Tensor = outputs.last_hidden_state  # a headless encoder: compare its hidden states
+        return hidden
+    logits: Tensor = outputs.logits
+    return logits
 
 
 @torch.no_grad()
 def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headless: bool = False) -> Tensor:
     """Our model's logits for ``reference_inputs``; ``headless`` (or an embedder): the encoder's hidden states."""
     if family in ENCODER_FAMILIES:
-        encoder = model.encoder if isinstance(model, Embedder) else model
+        encoder = cast(Classifier, model.encoder if isinstance(model, Embedder) else model)
         args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
         return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
     if family in DECODER_FAMILIES:
         return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
     target = inputs["decoder_input_ids"]
-    return model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
+    translated: Tensor = model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
+    return translated
 
 
 def onnx_logits(artifact: Path, family: str, inputs: dict[str, Tensor]) -> np.ndarray:

@@ -78,7 +78,7 @@ def convert_marian(folder: Path) -> Tokenizer:
 
         def __init__(self, original: Any) -> None:
             original.vocab_file = original.spm_files[0]  # what SpmConverter reads the model from
-            super().__init__(original)
+            SpmConverter.__init__(self, original)
 
         def vocab(self, proto: Any) -> list[tuple[str, float]]:
             scores = {p.piece: p.score for p in proto.pieces}

@@ -71,18 +71,21 @@ class Classifier(nn.Module):
         return top, top
 
     def pooled(self, hidden: Tensor) -> Tensor:
-        return self.dropout(self.pooler(hidden[:, 0]))  # the [CLS] position
+        pooled: Tensor = self.dropout(self.pooler(hidden[:, 0]))  # the [CLS] position
+        return pooled
 
     def sentence_vector(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
         """What the classification head reads (config.pooling)."""
         if self.config.pooling == "cls":
             return self.pooled(hidden)
         real = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return self.dropout((hidden * real).sum(1) / real.sum(1).clamp(min=1.0))
+        mean: Tensor = self.dropout((hidden * real).sum(1) / real.sum(1).clamp(min=1.0))
+        return mean
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Masked-token logits, decoder tied to the token embeddings. [..., D] -> [..., V]"""
-        return self.mlm_transform(hidden) @ self.tok_emb.weight.T + self.mlm_bias
+        transformed: Tensor = self.mlm_transform(hidden)
+        return transformed @ self.tok_emb.weight.T + self.mlm_bias
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Fine-tuned classification: (label logits [B, num_labels], attention weights)."""

@@ -139,7 +139,7 @@ def beam_search(
         candidates = (beam_scores[:, None] + log_probs).view(-1)
         top_scores, top_ids = _ranked(candidates, min(2 * num_beams, candidates.numel()))
         next_beams, next_scores, next_tokens, sources = [], [], [], []
-        for rank, (score, flat_id) in enumerate(zip(top_scores.tolist(), top_ids.tolist())):
+        for rank, (score, flat_id) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=False)):
             if score == float("-inf"):
                 break
             source, token = divmod(flat_id, log_probs.shape[1])
@@ -154,12 +154,12 @@ def beam_search(
             if len(next_beams) == num_beams:
                 break
         if length >= max_new_tokens:
-            for beam, score in zip(next_beams, next_scores):
+            for beam, score in zip(next_beams, next_scores, strict=False):
                 finished.add(beam, score, length)
             break
         if not next_beams:
             if not finished.hypotheses:
-                for beam, score in zip(beams, beam_scores.tolist()):
+                for beam, score in zip(beams, beam_scores.tolist(), strict=False):
                     finished.add(beam, score, len(beam))
             break
         if finished.cannot_improve(max(next_scores), length):

@@ -17,6 +17,8 @@ module keeps state between calls, so the same code exports to ONNX.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +26,9 @@ from torch import Tensor, nn
 
 from model.network.config import TransformerConfig
 from model.network.rotary import RotaryAngles, apply_rotary
+
+# torch._check is unannotated: a guard on a (symbolic) condition, for export
+_check: Callable[[bool], None] = torch._check
 
 KeyValue = tuple[Tensor, Tensor]  # ([B, Hkv, S, Dh], [B, Hkv, S, Dh]); Hkv = H unless grouped-query
 
@@ -87,6 +92,8 @@ class PositionalEncoding(nn.Module):
     ``offset`` shifts every id before the lookup (BART's learned table keeps 2 rows in front).
     """
 
+    table_buffer: Tensor  # the sinusoidal table, a buffer when not learned
+
     def __init__(self, max_positions: int, d_model: int, learned: bool = False, layout: str = "interleaved",
                  offset: int = 0) -> None:
         super().__init__()
@@ -106,7 +113,8 @@ class PositionalEncoding(nn.Module):
         if self.offset:
             position_ids = position_ids + self.offset
         if self.learned:
-            return self.table(position_ids)
+            vectors: Tensor = self.table(position_ids)
+            return vectors
         return F.embedding(position_ids, self.table_buffer)
 
 
@@ -163,13 +171,14 @@ def keep_last(x: Tensor, logits_to_keep: Tensor | int) -> Tensor:
     if isinstance(logits_to_keep, int):
         return x[:, -logits_to_keep:] if logits_to_keep > 0 else x
     length = x.shape[1]
-    start = torch.where(logits_to_keep > 0, length - logits_to_keep, 0).clamp(min=0).item()
-    torch._check(start >= 0)
-    torch._check(start <= length)
+    # an int (a SymInt under export): the tensor holds a position
+    start = cast(int, torch.where(logits_to_keep > 0, length - logits_to_keep, 0).clamp(min=0).item())
+    _check(start >= 0)
+    _check(start <= length)
     return x.narrow(1, start, length - start)
 
 
-ACTIVATION_MODULES = {
+ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
     "gelu": nn.GELU,  # the exact erf form (BERT)
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2's "gelu_new"
@@ -265,7 +274,8 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.dropout(self.act(self.fc1(x))))
+        out: Tensor = self.fc2(self.dropout(self.act(self.fc1(x))))
+        return out
 
 
 class GatedFeedForward(nn.Module):
@@ -279,7 +289,8 @@ class GatedFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.dropout(self.act(self.gate(x)) * self.up(x)))
+        out: Tensor = self.down(self.dropout(self.act(self.gate(x)) * self.up(x)))
+        return out
 
 
 def feed_forward(c: TransformerConfig) -> nn.Module:
@@ -331,6 +342,7 @@ class TransformerLayer(nn.Module):
         cross_weights = None
         if self.cross_attn is not None:
             assert cross_kv is not None and cross_bias is not None, "a decoder layer needs the encoder K/V"
+            assert self.ln_cross is not None  # built with cross_attn
             cross_out, cross_weights = self.cross_attn.attend(self.sublayer_input(x, self.ln_cross), *cross_kv, cross_bias)
             x = self.add_residual(x, cross_out, self.ln_cross)
         x = self.add_residual(x, self.ff(self.sublayer_input(x, self.ln_ff)), self.ln_ff)

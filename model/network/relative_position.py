@@ -43,4 +43,5 @@ class RelativePositionBias(nn.Module):
         """[B, S] query and [B, K] key positions -> additive bias [B, H, S, K]."""
         relative = key_positions[:, None, :] - query_positions[:, :, None]  # [B, S, K]
         bucket = relative_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.embedding(bucket).permute(0, 3, 1, 2)
+        bias: Tensor = self.embedding(bucket)
+        return bias.permute(0, 3, 1, 2)

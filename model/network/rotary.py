@@ -35,7 +35,8 @@ def inverse_frequencies(d_head: int, theta: float, scaling: dict[str, Any] | Non
         return inv_freq
     assert scaling is not None
     if kind == "linear":
-        return inv_freq / scaling["factor"]
+        factor: float = scaling["factor"]
+        return inv_freq / factor
     if kind == "llama3":
         return llama3_frequencies(inv_freq, scaling)
     raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
@@ -57,6 +58,8 @@ def llama3_frequencies(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
 
 class RotaryEmbedding(nn.Module):
     """Position ids -> (cos, sin) of the rotation angles, shared by every layer."""
+
+    inv_freq: Tensor  # a buffer
 
     def __init__(self, d_head: int, theta: float, scaling: dict[str, Any] | None = None) -> None:
         super().__init__()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -29,6 +31,8 @@ class Translator(nn.Module):
         relative = c.relative_buckets > 0  # T5: a bias on the attention scores instead of position vectors
         self.pos = None if relative else PositionalEncoding.from_config(c)
         self.pos_dec = PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
+        self.rel_enc: RelativePositionBias | None
+        self.rel_dec: RelativePositionBias | None
         self.rel_enc, self.rel_dec = (
             (RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, bidirectional)
              for bidirectional in (True, False)) if relative else (None, None))
@@ -45,7 +49,8 @@ class Translator(nn.Module):
     def embed_tokens(self, ids: Tensor, position_ids: Tensor, decoder: bool) -> Tensor:
         pos, norm = (self.pos_dec or self.pos, self.ln_emb_dec) if decoder else (self.pos, self.ln_emb_enc)
         x = self.embed(ids) * self.emb_scale
-        return self.dropout(norm(x if pos is None else x + pos(position_ids)))
+        embedded: Tensor = self.dropout(norm(x if pos is None else x + pos(position_ids)))
+        return embedded
 
     def encode(self, src_ids: Tensor, src_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Source [B, S] (right padded) -> memory [B, S, D] and per-layer attention weights."""
@@ -63,7 +68,8 @@ class Translator(nn.Module):
 
     def cross_kv(self, memory: Tensor) -> list[KeyValue]:
         """The encoder-decoder attention K/V of every decoder layer: computed once per source."""
-        return [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+        layers = cast(list[TransformerLayer], list(self.decoder_layers))  # built as TransformerLayer(c, cross=True)
+        return [layer.cross_attn.project_kv(memory) for layer in layers if layer.cross_attn is not None]
 
     def decode(
         self,

@@ -6,10 +6,11 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 from torch import Tensor
 
 from model.network.classifier import Classifier
@@ -48,7 +49,7 @@ def read_documents(path: Path) -> list[list[str]]:
     return [d for d in docs if d]
 
 
-def pad_pairs(encodings: list, pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+def pad_pairs(encodings: list[Encoding], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     width = max(len(e.ids) for e in encodings)
     ids = torch.full((len(encodings), width), pad_id, dtype=torch.long)
     types = torch.zeros((len(encodings), width), dtype=torch.long)
@@ -184,7 +185,7 @@ class MaskedLMTask:
         return {"val_loss": sum(losses) / len(losses)}
 
 
-def read_labelled(path: Path) -> list[dict]:
+def read_labelled(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -197,7 +198,7 @@ class FineTuneTask:
         self.tokenizer, self.pad_id, self.batch_size = tokenizer, special["pad"], batch_size
         self.splits = {name: read_labelled(data_dir / f"{name}.jsonl") for name in ("train", "valid", "test")}
 
-    def collate(self, rows: list[dict]) -> tuple[Tensor, ...]:
+    def collate(self, rows: list[dict[str, Any]]) -> tuple[Tensor, ...]:
         ids, types, mask = pad_pairs(self.tokenizer.encode_batch([r["text"] for r in rows]), self.pad_id)
         return ids, types, mask, torch.tensor([r["label"] for r in rows])
 

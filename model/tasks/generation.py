@@ -44,7 +44,7 @@ class GenerationTask:
 
     @torch.no_grad()
     def validate(self, model: Generator) -> dict[str, float]:
-        losses = [float(self.loss(model, chunk)[0]) for chunk in self.valid_windows.split(16)]
+        losses = [float(self.loss(model, chunk)[0]) for chunk in torch.split(self.valid_windows, 16)]
         loss = sum(losses) / len(losses)
         return {"val_loss": loss, "val_perplexity": math.exp(loss)}
 

@@ -7,6 +7,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sacrebleu
 import torch
@@ -27,11 +28,11 @@ class Pairs:
     tgt: list[list[int]]  # plain target tokens
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def encode_pairs(tokenizer: Tokenizer, rows: list[dict]) -> Pairs:
+def encode_pairs(tokenizer: Tokenizer, rows: list[dict[str, Any]]) -> Pairs:
     src = [e.ids[:MAX_LEN] for e in tokenizer.encode_batch([r["src"] for r in rows])]
     tgt = [e.ids[: MAX_LEN - 1] for e in tokenizer.encode_batch([r["tgt"] for r in rows], add_special_tokens=False)]
     return Pairs(src, tgt)
@@ -50,7 +51,9 @@ def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
 def token_batches(pairs: Pairs, max_tokens: int, rng: random.Random) -> list[list[int]]:
     """Index batches of similar length whose padded size stays under ``max_tokens`` target+source tokens."""
     order = sorted(range(len(pairs.src)), key=lambda i: (len(pairs.tgt[i]), len(pairs.src[i]), rng.random()))
-    batches, current, longest = [], [], 0
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
     for i in order:
         size = len(pairs.src[i]) + len(pairs.tgt[i]) + 1
         if current and max(longest, size) * (len(current) + 1) > max_tokens:
@@ -122,7 +125,8 @@ def translate_corpus(model: Translator, tokenizer: Tokenizer, sources: list[str]
     return out
 
 
-def evaluate_bleu(model: Translator, tokenizer: Tokenizer, path: Path, limit: int | None = None, **decode) -> dict[str, float]:
+def evaluate_bleu(model: Translator, tokenizer: Tokenizer, path: Path, limit: int | None = None,
+                  **decode: Any) -> dict[str, Any]:
     rows = read_jsonl(path)[:limit]
     hypotheses = translate_corpus(model, tokenizer, [r["src"] for r in rows], **decode)
     references = [r["tgt"] for r in rows]
@@ -130,5 +134,6 @@ def evaluate_bleu(model: Translator, tokenizer: Tokenizer, path: Path, limit: in
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "sentences": len(rows),
-        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h} for r, h in list(zip(rows, hypotheses))[:3]],
+        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h}
+                     for r, h in list(zip(rows, hypotheses, strict=False))[:3]],
     }

@@ -74,9 +74,9 @@ def _name_map(reference: onnx.ModelProto, trained: onnx.ModelProto) -> dict[str,
     ref_nodes, trained_nodes = _computation(reference), _computation(trained)
     if [n.op_type for n in ref_nodes] != [n.op_type for n in trained_nodes]:
         raise ValueError("the artifact's graph differs from this code's export of the same architecture")
-    names = {}
-    for ref_node, trained_node in zip(ref_nodes, trained_nodes):
-        for ref_input, trained_input in zip(ref_node.input, trained_node.input):
+    names: dict[str, str] = {}
+    for ref_node, trained_node in zip(ref_nodes, trained_nodes, strict=False):
+        for ref_input, trained_input in zip(ref_node.input, trained_node.input, strict=False):
             names.setdefault(ref_input, trained_input)
     return names
 
@@ -133,11 +133,11 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
                 source = trained.get(trained_name.get(graph_name, graph_name))
                 if source is None:
                     raise ValueError(f"{artifact_dir / spec.role}.onnx has no initializer for {name} ({graph_name})")
-                value = torch.from_numpy(source.T.copy() if transposed else source.copy())
-                recovered.setdefault(name, value)
+                tensor = torch.from_numpy(source.T.copy() if transposed else source.copy())
+                recovered.setdefault(name, tensor)
     with torch.no_grad():
-        for name, value in recovered.items():
-            params[name].copy_(value)
+        for name, tensor in recovered.items():
+            params[name].copy_(tensor)
     return model, sorted(set(params) - set(recovered))
 
 

@@ -22,9 +22,9 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 from safetensors.torch import load_model, save_model
@@ -52,16 +52,24 @@ class TrainSettings:
     layer_decay: float = 1.0
 
 
-class Task(Protocol):
+class _SavesConfig(Protocol):
+    def save(self, path: Path) -> None: ...
+
+
+ModelT = TypeVar("ModelT", bound=nn.Module)
+ModelT_contra = TypeVar("ModelT_contra", bound=nn.Module, contravariant=True)
+
+
+class Task(Protocol[ModelT_contra]):
     """What the loop needs from a model-specific task."""
 
     def train_batches(self, seed: int) -> Iterator[Any]:
         """The training batches, in an order drawn from ``seed`` (and only from it)."""
 
-    def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
+    def loss(self, model: ModelT_contra, batch: Any) -> tuple[Tensor, int]:
         """Mean loss of the batch and the number of items (tokens/examples) it covers."""
 
-    def validate(self, model: nn.Module) -> dict[str, float]:
+    def validate(self, model: ModelT_contra) -> dict[str, float]:
         """Validation metrics; must include "val_loss" (lower is better)."""
 
 
@@ -132,7 +140,7 @@ def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Opti
     """Weights as safetensors (+ config JSON); optimizer and progress in a torch file for resuming."""
     run_dir.mkdir(parents=True, exist_ok=True)
     save_model(model, str(run_dir / f"{tag}.safetensors"))
-    model.config.save(run_dir / "config.json")  # type: ignore[union-attr]
+    cast(_SavesConfig, model.config).save(run_dir / "config.json")  # every model here has a config
     if tag == "last":
         torch.save({"optimizer": optimizer.state_dict(), "state": asdict(state)}, run_dir / "resume.pt")
         (run_dir / "history.json").write_text(json.dumps(state.history, indent=1))
@@ -167,8 +175,8 @@ def plot_history(history: list[dict[str, float]], path: Path, title: str) -> Non
 
 
 def train(
-    model: nn.Module,
-    task: Task,
+    model: ModelT,
+    task: Task[ModelT],
     run_dir: Path,
     settings: TrainSettings,
     resume: bool = True,
@@ -205,7 +213,7 @@ def train(
         "origin": origin or "scratch", "schedule": settings.schedule, "lr": settings.lr, "device": settings.device,
         "device_name": torch.cuda.get_device_name() if settings.device.startswith("cuda") else None,
         "threads": torch.get_num_threads(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "start_step": state.step, "start_minutes": round(state.elapsed_s / 60, 2), "start_items": state.items_seen,
         "minutes": 0.0, "steps": 0, "items": 0,
     }
@@ -233,7 +241,7 @@ def train(
             group["lr"] = lr * group.get("lr_scale", 1.0)
         loss, n_items = task.loss(model, next(batches))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
         nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
         state.step += 1

@@ -100,7 +100,8 @@ class KneserNeyLM:
         """Natural-log probability of every token after the first, given up to order-1 previous ones."""
         ids = np.asarray(token_ids, dtype=np.int64)
         padded = np.concatenate([np.full(self.order - 1, -1, dtype=np.int64), ids])
-        return np.log(self._prob(self._windows(padded, self.order)[1:]))
+        log_probs: np.ndarray = np.log(self._prob(self._windows(padded, self.order)[1:]))
+        return log_probs
 
     def perplexity(self, token_ids: Sequence[int] | np.ndarray) -> float:
         """exp(mean negative log-likelihood) over all tokens but the first."""

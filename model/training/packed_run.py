@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -38,7 +39,7 @@ def pack_run(run_dir: Path, out: Path) -> None:
     save_file(weights, out, metadata=metadata)
 
 
-def unpack_run(packed: Path, run_dir: Path) -> dict:
+def unpack_run(packed: Path, run_dir: Path) -> dict[str, Any]:
     """The inverse: a run folder that train() resumes (weights fp32, no optimizer state: a fresh one).
     Returns the training state (steps, minutes, segments, history)."""
     with safe_open(packed, "pt") as f:

@@ -33,7 +33,8 @@ def test_artifacts_stay_within_the_budget() -> None:
 
 @pytest.fixture(params=MODELS)
 def folder(request: pytest.FixtureRequest) -> Path:
-    return ARTIFACTS / request.param
+    name: str = request.param
+    return ARTIFACTS / name
 
 
 def test_folder_is_complete(folder: Path) -> None:
@@ -69,7 +70,7 @@ def test_golden_outputs_reproduce(folder: Path) -> None:
     golden = json.loads((folder / GOLDEN_FILE).read_text())
     for role in config["graphs"]:
         names, outputs = run_graph(folder, role)
-        for name, out in zip(names, outputs):
+        for name, out in zip(names, outputs, strict=False):
             if name not in golden[role]:
                 continue
             expected = golden[role][name]

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra
-import onnxruntime as ort  # noqa: E402
+pytest.importorskip("torch")  # the training extra
+import torch
+import onnxruntime as ort
 
 from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
 from model.export.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
@@ -73,7 +74,7 @@ def test_tiny_reranker_is_a_one_label_classifier(tiny_encoder_artifacts: Path) -
 
 def loop_pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     rows = []
-    for h, m in zip(hidden, mask):
+    for h, m in zip(hidden, mask, strict=False):
         real = h[m.astype(bool)]
         rows.append({"mean": real.mean(0), "cls": h[0], "max": real.max(0), "lasttoken": real[-1]}[mode])
     return np.stack(rows)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
-import onnxruntime as ort  # noqa: E402
+pytest.importorskip("torch")  # the training extra; .ci/run installs it
+import torch
+import onnxruntime as ort
 
 from model.export.graphs import round_weights_to_fp16  # noqa: E402
 from model.export.tiny import build_tiny_model  # noqa: E402
 from model.network.layers import positions_from_mask  # noqa: E402
+from model.network.translator import Translator  # noqa: E402
 
 ATOL = 1e-4
 DECODE_STEPS = 20
@@ -34,7 +37,7 @@ class Exported:
             session = ort.InferenceSession(str(self.dir / self.config["graphs"][role]["int8_file"]),
                                            providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds)))
+        return dict(zip(names, session.run(names, feeds), strict=False))
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +147,7 @@ def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
 def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None:
     exported = tiny["translator"]
     model, dims = exported.model.eval(), exported.config["dims"]
+    assert isinstance(model, Translator)
     L, H, Dh = dims["n_decoder_layers"], dims["n_heads"], dims["d_head"]
     bos = exported.config["special_tokens"]["bos"]
     rng = np.random.default_rng(1)
@@ -155,7 +159,7 @@ def test_translator_parity_encoder_and_decode(tiny: dict[str, Exported]) -> None
         ref_cross = model.cross_kv(memory)
     real = src_mask.astype(bool)  # [B, Ssrc]: compare real source positions only
     for i, pair in enumerate(ref_cross):
-        for name, expected in zip(("key", "value"), pair):
+        for name, expected in zip(("key", "value"), pair, strict=False):
             got = enc[f"cross.{i}.{name}"].transpose(0, 2, 1, 3)[real]  # [B, H, S, Dh] -> [real, H, Dh]
             assert np.abs(got - expected.numpy().transpose(0, 2, 1, 3)[real]).max() <= ATOL
     cross = [enc[f"cross.{i}.{kv}"] for i in range(L) for kv in ("key", "value")]
@@ -203,7 +207,7 @@ def test_classifier_parity(tiny: dict[str, Exported]) -> None:
     assert np.abs(out["attentions.0"] - weights[0].numpy()).max() <= ATOL
 
 
-def grid_feeds(config: dict, role: str, B: int, S: int, P: int) -> dict[str, np.ndarray]:
+def grid_feeds(config: dict[str, Any], role: str, B: int, S: int, P: int) -> dict[str, np.ndarray]:
     """Inputs of any size for one graph, built from config.json's symbolic shapes."""
     sizes = {"batch": B, "seq": S, "src": S + 1, "past": P, "total": P + S}
     feeds = {}
@@ -230,7 +234,7 @@ def test_shape_grid(exported: Exported) -> None:
         cached = any(i["name"].startswith("past_") for i in graph["inputs"])
         for B in range(1, 5):
             for S in range(1, 6):
-                for P in range(0, 6) if cached else [0]:
+                for P in range(6) if cached else [0]:
                     out = exported.run(role, grid_feeds(config, role, B, S, P))
                     if "logits" in out:
                         expected = (B, S, vocab) if cached else (B, len(config.get("labels", [])))

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra
+pytest.importorskip("torch")  # the training extra
+import torch
 
 from model.network.decoding import beam_search  # noqa: E402
 from model.training.checkpoint import weights_from_artifact  # noqa: E402

@@ -174,8 +174,8 @@ def test_parallel_splits_dedup_and_held_out() -> None:
     shared = ("cat", "Could not save the current file.", "Impossible d'enregistrer le fichier actuel.")
     again = ("other", "could not save the current file", "Échec de l'enregistrement du fichier actuel")
     excluded = ("cat", "Grace to you and peace.", "Que la grâce et la paix vous soient données.")
-    sources = {"alpha": _entries("alpha", 30) + [shared, excluded, ("cat", "Too short", "Trop court")],
-               "beta": _entries("beta", 30) + [again, shared]}
+    sources = {"alpha": [*_entries("alpha", 30), shared, excluded, ("cat", "Too short", "Trop court")],
+               "beta": [*_entries("beta", 30), again, shared]}
     splits, stats = parallel_splits(sources, exclude=["Grace to you and peace"], test_size=5)
     assert set(splits) == {"train", "test_alpha", "test_beta"}
     assert stats["alpha"] == {"entries": 33, "clean": 32, "kept": 31, "test": 5, "train": 26}
@@ -201,7 +201,7 @@ def test_build_translation_keeps_existing_splits(tmp_path: Path) -> None:
     gettext = [("dom", f"Could not read the file number {i}", f"Impossible de lire le fichier numéro {i}")
                for i in range(600)]
     base = build_translation(tmp_path / "bible.db", gettext, tmp_path / "base")
-    parallel = {"alpha": _entries("alpha", 40) + [("c", gettext[0][1], "Lecture impossible du fichier 0")]}
+    parallel = {"alpha": [*_entries("alpha", 40), ("c", gettext[0][1], "Lecture impossible du fichier 0")]}
     wider = build_translation(tmp_path / "bible.db", gettext, tmp_path / "wider", parallel=parallel)
     for name in ("valid.jsonl", "test.jsonl", "test_bbe.jsonl", "test_gettext.jsonl"):
         assert (tmp_path / "base" / name).read_bytes() == (tmp_path / "wider" / name).read_bytes()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
+from tests.hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
@@ -147,7 +147,7 @@ def test_unsupported_sentence_transformers_pooling_is_refused(hf_encoder_imports
 def test_xlm_roberta_sentencepiece_model_alone_is_converted(tmp_path: Path) -> None:
     """A checkpoint with sentencepiece.bpe.model and no tokenizer.json: transformers converts it, ids unchanged."""
     import sentencepiece as spm
-    from hf_checkpoints import CORPUS
+    from tests.hf_checkpoints import CORPUS
     from transformers import AutoTokenizer
 
     spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=str(tmp_path / "sentencepiece.bpe"),

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_checkpoints import FAMILIES
+from tests.hf_checkpoints import FAMILIES
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
 from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
+from model.network.generator import Generator
 from scripts import import_checkpoint as cli
 
 TEXTS = [
@@ -167,7 +168,9 @@ def test_untied_output_head_is_imported_as_its_own_matrix(tmp_path: Path) -> Non
     reference_model = GPT2LMHeadModel(config).eval()
     reference_model.save_pretrained(str(tmp_path))
     imported = import_checkpoint(tmp_path, {"pad": 0, "eos": 0, "bos": 0})
-    head, embedding = imported.model.lm_head.weight, imported.model.tok_emb.weight
+    model = imported.model
+    assert isinstance(model, Generator)
+    head, embedding = model.lm_head.weight, model.tok_emb.weight
     assert head.data_ptr() != embedding.data_ptr() and not torch.equal(head, embedding)
     ids = torch.randint(0, 50, (2, 7))
     mask = torch.ones_like(ids)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
+from tests.hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
@@ -33,11 +33,13 @@ TEXTS = [
 ]
 
 
-def imported(folder: Path) -> tuple[str, torch.nn.Module, dict[str, int]]:
+def imported(folder: Path) -> tuple[str, Generator, dict[str, int]]:
     hf = read_hf_config(folder)
     family = hf["model_type"]
     specials = special_tokens(folder, family, hf, load_tokenizer(folder, family))
-    return family, import_checkpoint(folder, specials).model, specials
+    model = import_checkpoint(folder, specials).model
+    assert isinstance(model, Generator)  # every family here is a decoder
+    return family, model, specials
 
 
 def batch(folder: Path, family: str, specials: dict[str, int]) -> dict[str, torch.Tensor]:

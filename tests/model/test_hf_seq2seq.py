@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_checkpoints import SEQ2SEQ_CHECKPOINTS
+from tests.hf_checkpoints import SEQ2SEQ_CHECKPOINTS
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity

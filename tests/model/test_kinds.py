@@ -36,7 +36,7 @@ def test_the_importer_reads_the_registry_families() -> None:
 
 def test_every_registry_family_has_a_test_checkpoint() -> None:
     """tests/hf_checkpoints.py builds one random checkpoint of each family the registry lists (the parity tests)."""
-    from hf_checkpoints import DECODER_CHECKPOINTS, ENCODER_CHECKPOINTS, SEQ2SEQ_CHECKPOINTS
-    from hf_checkpoints import FAMILIES as BUILT
+    from tests.hf_checkpoints import DECODER_CHECKPOINTS, ENCODER_CHECKPOINTS, SEQ2SEQ_CHECKPOINTS
+    from tests.hf_checkpoints import FAMILIES as BUILT
 
     assert set(FAMILIES) <= set(BUILT) | set(ENCODER_CHECKPOINTS) | set(DECODER_CHECKPOINTS) | set(SEQ2SEQ_CHECKPOINTS)

@@ -58,10 +58,10 @@ def test_sides_with_their_own_sentencepiece_models_encode_and_decode_as_marian(o
     slow = MarianTokenizer(str(opus_style_folder / "source.spm"), str(opus_style_folder / "target.spm"),
                            str(opus_style_folder / "vocab.json"))
     ours = load_tokenizer(opus_style_folder, "marian")
-    for text in ENGLISH + ["An unseen sentence about trains and coffee."]:
+    for text in [*ENGLISH, "An unseen sentence about trains and coffee."]:
         assert ours.encode(text).ids == slow(text)["input_ids"], text
-    target_only = {p for p in json.loads((opus_style_folder / "vocab.json").read_text())} - set(
-        slow.spm_source.id_to_piece(i) for i in range(slow.spm_source.get_piece_size()))
+    target_only = set(json.loads((opus_style_folder / "vocab.json").read_text())) - {
+        slow.spm_source.id_to_piece(i) for i in range(slow.spm_source.get_piece_size())}
     assert target_only, "the two sides should have pieces of their own"
     decoded_target_only = 0
     for text in FRENCH:

@@ -30,7 +30,8 @@ def package_model_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return json.loads((ARTIFACT / "config.json").read_text())
+    loaded: dict[str, Any] = json.loads((ARTIFACT / "config.json").read_text())
+    return loaded
 
 
 def test_config_describes_all_minilm(config: dict[str, Any]) -> None:

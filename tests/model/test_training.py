@@ -6,11 +6,13 @@ import dataclasses
 import functools
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the training extra; .ci/run installs it
+pytest.importorskip("torch")  # the training extra; .ci/run installs it
+import torch
 
 from model.export import graphs as export  # noqa: E402
 from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
@@ -69,18 +71,18 @@ class CountingTask:
         self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
         self.seeds: list[int] = []  # train_batches' seed, once per segment
 
-    def train_batches(self, seed):  # type: ignore[no-untyped-def]
+    def train_batches(self, seed: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.seeds.append(seed)
         order = torch.Generator().manual_seed(seed)
         while True:
             rows = torch.randperm(len(self.x), generator=order)
             yield self.x[rows], self.y[rows]
 
-    def loss(self, model, batch):  # type: ignore[no-untyped-def]
+    def loss(self, model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, int]:
         x, y = batch
         return torch.nn.functional.mse_loss(model(x).squeeze(-1), y), len(y)
 
-    def validate(self, model):  # type: ignore[no-untyped-def]
+    def validate(self, model: torch.nn.Module) -> dict[str, float]:
         with torch.no_grad():
             return {"val_loss": float(self.loss(model, (self.x, self.y))[0])}
 
