@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import onnxruntime as ort
@@ -23,6 +23,11 @@ from model.families import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
 from model.network.classifier import Classifier
 from model.network.embedder import Embedder, pool
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+M = TypeVar("M", bound=nn.Module)
+
 SAMPLE_TEXTS = [
     "A wonderful, moving film with brilliant performances.",
     "Dull.",
@@ -30,7 +35,7 @@ SAMPLE_TEXTS = [
 ]
 
 
-def load_hf_model(folder: Path, family: str, has_head: bool = True) -> nn.Module:
+def load_hf_model(folder: Path, family: str, has_head: bool = True) -> PreTrainedModel:
     import transformers
 
     if family in ENCODER_FAMILIES:
@@ -39,11 +44,12 @@ def load_hf_model(folder: Path, family: str, has_head: bool = True) -> nn.Module
         name = DECODER_FAMILIES[family].reference_class
     else:
         name = SEQ2SEQ_FAMILIES[family].reference_class
-    model = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
-    return model.eval()
+    model: PreTrainedModel = getattr(transformers, name).from_pretrained(str(folder), attn_implementation="eager")
+    model.eval()
+    return model
 
 
-def fp16_rounded(model: nn.Module) -> nn.Module:
+def fp16_rounded(model: M) -> M:
     """A copy with weights rounded as the exporter stores them, so fp16 storage is not counted as a mismatch."""
     rounded = copy.deepcopy(model)
     round_weights_to_fp16(rounded)
@@ -114,9 +120,11 @@ def ours_logits(model: nn.Module, family: str, inputs: dict[str, Tensor], headle
     if family in ENCODER_FAMILIES:
         encoder = cast(Classifier, model.encoder if isinstance(model, Embedder) else model)
         args = (inputs["input_ids"], inputs.get("token_type_ids"), inputs["attention_mask"])
-        return encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
+        encoded: Tensor = encoder.encode(*args)[0] if headless or isinstance(model, Embedder) else encoder(*args)[0]
+        return encoded
     if family in DECODER_FAMILIES:
-        return model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
+        generated: Tensor = model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])[0]
+        return generated
     target = inputs["decoder_input_ids"]
     translated: Tensor = model(inputs["input_ids"], inputs["attention_mask"], target, inputs["decoder_attention_mask"])
     return translated

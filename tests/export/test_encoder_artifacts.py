@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")  # the training extra
-import torch
 import onnxruntime as ort
+import torch
 
-from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
-from model.export.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder  # noqa: E402
-from model.network.config import ClassifierConfig  # noqa: E402
-from model.network.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool  # noqa: E402
+from model.export.graphs import export_model, round_weights_to_fp16
+from model.export.tiny import RERANKER_LABEL, TINY_MAX_POSITIONS, build_tiny_encoder
+from model.network.config import ClassifierConfig
+from model.network.embedder import POOLING_MODES, Embedder, EmbeddingOptions, pool
 
 ATOL = 1e-4
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
-import torch
 import onnxruntime as ort
+import torch
 
-from model.export.graphs import round_weights_to_fp16  # noqa: E402
-from model.export.tiny import build_tiny_model  # noqa: E402
-from model.network.layers import positions_from_mask  # noqa: E402
-from model.network.translator import Translator  # noqa: E402
+from model.export.graphs import round_weights_to_fp16
+from model.export.tiny import build_tiny_model
+from model.network.layers import positions_from_mask
+from model.network.translator import Translator
 
 ATOL = 1e-4
 DECODE_STEPS = 20

@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("torch")  # the training extra
 import torch
 
-from model.network.decoding import beam_search  # noqa: E402
-from model.training.checkpoint import weights_from_artifact  # noqa: E402
-from service.engine.metrics import Metrics  # noqa: E402
-from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence  # noqa: E402
-from service.runtime.artifact import load_artifact  # noqa: E402
-from service.runtime.sessions import GraphSession, RuntimeOptions  # noqa: E402
+from model.network.decoding import beam_search
+from model.training.checkpoint import weights_from_artifact
+from service.engine.metrics import Metrics
+from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence
+from service.runtime.artifact import load_artifact
+from service.runtime.sessions import GraphSession, RuntimeOptions
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "artifacts" / "translator"
 pytestmark = pytest.mark.skipif(not (ARTIFACT / "config.json").is_file(), reason="artifacts/translator is absent")

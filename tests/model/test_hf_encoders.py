@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
@@ -19,6 +18,7 @@ from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.importing.sentence_transformers_folder import read_sentence_transformer
 from model.network.embedder import Embedder
 from scripts import import_checkpoint as cli
+from tests.hf_checkpoints import ENCODER_CHECKPOINTS, SENTENCE_TRANSFORMER_MAX_LENGTH
 
 TEXTS = [
     "The movie was wonderful, a delight from start to finish.",
@@ -147,8 +147,9 @@ def test_unsupported_sentence_transformers_pooling_is_refused(hf_encoder_imports
 def test_xlm_roberta_sentencepiece_model_alone_is_converted(tmp_path: Path) -> None:
     """A checkpoint with sentencepiece.bpe.model and no tokenizer.json: transformers converts it, ids unchanged."""
     import sentencepiece as spm
-    from tests.hf_checkpoints import CORPUS
     from transformers import AutoTokenizer
+
+    from tests.hf_checkpoints import CORPUS
 
     spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=str(tmp_path / "sentencepiece.bpe"),
                                    vocab_size=100, model_type="unigram", hard_vocab_limit=False, minloglevel=2)

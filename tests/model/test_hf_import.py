@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.hf_checkpoints import FAMILIES
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
@@ -20,6 +19,7 @@ from model.importing.hf_import import CheckpointError, import_checkpoint, read_h
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.network.generator import Generator
 from scripts import import_checkpoint as cli
+from tests.hf_checkpoints import FAMILIES
 
 TEXTS = [
     "The movie was wonderful, a delight from start to finish.",

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
@@ -24,6 +23,7 @@ from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.network.config import GeneratorConfig
 from model.network.generator import Generator
 from model.network.layers import RMSNorm
+from tests.hf_checkpoints import DECODER_CHECKPOINTS, LLAMA_GENERATION
 
 NAMES = list(DECODER_CHECKPOINTS)
 TEXTS = [

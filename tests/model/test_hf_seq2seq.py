@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.hf_checkpoints import SEQ2SEQ_CHECKPOINTS
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
 from model.importing.hf_artifact import import_to_artifact
 from model.importing.hf_import import CheckpointError
+from tests.hf_checkpoints import SEQ2SEQ_CHECKPOINTS
 
 NAMES = sorted(SEQ2SEQ_CHECKPOINTS)
 

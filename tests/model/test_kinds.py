@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 
-from contract.kinds import FAMILIES, KINDS  # noqa: E402
-from model.importing.hf_import import detect_family  # noqa: E402
-from model.kinds import MODEL_KINDS, TRAINABLE, model_kind  # noqa: E402
-from scripts import recipes  # noqa: E402
+from contract.kinds import FAMILIES, KINDS
+from model.importing.hf_import import detect_family
+from model.kinds import MODEL_KINDS, TRAINABLE, model_kind
+from scripts import recipes
 
 
 def test_every_kind_has_a_model_an_export_a_tokenizer_and_a_recipe() -> None:

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import torch
 
-from model.network.classifier import Classifier  # noqa: E402
-from model.network.config import ClassifierConfig, GeneratorConfig, TranslatorConfig  # noqa: E402
-from model.network.decoding import (  # noqa: E402
+from model.network.classifier import Classifier
+from model.network.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
+from model.network.decoding import (
     banned_tokens,
     beam_search,
     filter_logits,
@@ -18,10 +18,10 @@ from model.network.decoding import (  # noqa: E402
     translate_greedy,
     translate_greedy_uncached,
 )
-from model.network.generator import Generator  # noqa: E402
-from model.network.layers import positions_from_mask  # noqa: E402
-from model.network.translator import Translator  # noqa: E402
-from model.tasks.classification import mask_tokens  # noqa: E402
+from model.network.generator import Generator
+from model.network.layers import positions_from_mask
+from model.network.translator import Translator
+from model.tasks.classification import mask_tokens
 
 V = 50
 SPECIAL = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}

@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("torch")  # the training extra; .ci/run installs it
 import torch
 
-from model.export import graphs as export  # noqa: E402
-from model.export.graphs import export_model, round_weights_to_fp16  # noqa: E402
+from model.export import graphs as export
+from model.export.graphs import export_model, round_weights_to_fp16
 from model.export.tiny import build_tiny_model
-from model.kinds import MODEL_KINDS  # noqa: E402
-from model.training.checkpoint import weights_from_artifact  # noqa: E402
-from model.training.loop import TrainSettings, TrainState, learning_rate, train  # noqa: E402
-from scripts.evaluate_translation import has_repeat_loop  # noqa: E402
+from model.kinds import MODEL_KINDS
+from model.training.checkpoint import weights_from_artifact
+from model.training.loop import TrainSettings, TrainState, learning_rate, train
+from scripts.evaluate_translation import has_repeat_loop
 
 
 def test_wsd_rate_warms_up_then_stays_constant() -> None:

@@ -5,10 +5,10 @@ import json
 
 import numpy as np
 import pytest
-from sse_events import events
 
 from service.engine import generation
 from service.engine.chooser import Choice
+from tests.service.sse_events import events
 
 
 @pytest.fixture

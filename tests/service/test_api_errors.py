@@ -1,7 +1,9 @@
 """Bad input never gets a 500; every error has the same JSON shape."""
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,9 +12,9 @@ from service.engine import attention
 ENDPOINTS = ["/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"]
 
 
-def assert_error(r, status: int, type_: str | None = None) -> dict:
+def assert_error(r: Any, status: int, type_: str | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
-    error = r.json()["error"]
+    error: dict[str, Any] = r.json()["error"]
     if r.request.url.path.startswith(("/v1/completions", "/v1/models")):  # OpenAI's shape there: read it as ours
         assert set(error) == {"message", "type", "param", "code"}, error
         error = {"type": error["code"], "message": error["message"], "field": error["param"] or "body"}
@@ -63,7 +65,7 @@ async def test_body_size_limit(serving) -> None:
             await s.client.post("/v1/classify", content=big, headers={"content-type": "application/json"}), 413
         )
 
-        async def chunked():  # no content-length: counted as it arrives
+        async def chunked() -> AsyncIterator[bytes]:  # no content-length: counted as it arrives
             for i in range(0, len(big), 512):
                 yield big[i : i + 512]
 
@@ -125,11 +127,12 @@ def test_the_body_timeout_status_is_documented(served) -> None:
 
 async def test_attention_maps_have_a_size_limit(served, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attention, "MAX_TOKENS", 16)  # the tiny models' contexts are below the real limit
-    for path, body in [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("/v1/generate", {"prompt": "word " * 10, "max_new_tokens": 10}),
         ("/v1/classify", {"text": "word " * 20}),
         ("/v1/translate", {"text": "word " * 10, "max_new_tokens": 10}),
-    ]:
+    ]
+    for path, body in cases:
         r = await served.client.post(path, json={**body, "return_attention": True})
         assert r.status_code == 422, (path, r.text)
         assert r.json()["error"]["field"] == "return_attention"

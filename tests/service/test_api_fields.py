@@ -3,6 +3,7 @@ the vocabulary keeps every token, errors name the field as the client sent it an
 a budget beyond the context is clamped, and a missing model is one code everywhere."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,19 +11,19 @@ BIG = [2**63, 2**64, 10**30]
 GENERATOR = {"model": "generator", "prompt": "hi", "max_tokens": 2}
 
 
-def error(r) -> dict:
+def error(r: Any) -> dict[str, Any]:
     """The error as {type, message, field}, from our shape or OpenAI's."""
     body = r.json()["error"]
     if "param" in body:
         return {"type": body["code"], "message": body["message"], "field": body["param"]}
-    return body
+    return dict(body)
 
 
-def answer(body: dict) -> dict:
+def answer(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("id", "created")}
 
 
-def bodies(n: int) -> list[tuple[str, dict]]:
+def bodies(n: int) -> list[tuple[str, dict[str, Any]]]:
     """Every integer field of every protocol, set to `n`."""
     return [
         ("/v1/generate", {"prompt": "hi", "max_new_tokens": 2, "top_k": n}),
@@ -141,7 +142,7 @@ async def test_a_budget_beyond_the_context_is_clamped_whatever_the_cap(served) -
         ("/generate", {"inputs": "hi", "parameters": {"best_of": 2}}, "parameters.best_of"),
     ],
 )
-async def test_cross_field_errors_name_their_field(served, path: str, body: dict, field: str) -> None:
+async def test_cross_field_errors_name_their_field(served, path: str, body: dict[str, Any], field: str) -> None:
     r = await served.client.post(path, json=body)
     assert r.status_code == 422 and error(r)["field"] == field, r.text
     assert error(r)["message"].startswith(f"{field}: ") and "Value error" not in error(r)["message"]

@@ -2,9 +2,9 @@ import asyncio
 
 import numpy as np
 import pytest
-from sse_events import events
 
 from service.engine.streaming import REPLACEMENT
+from tests.service.sse_events import events
 
 
 async def test_generate(served) -> None:

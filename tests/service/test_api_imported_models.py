@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -16,11 +16,14 @@ from tokenizers import Tokenizer
 
 from model.importing import hf_parity
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 MAX_NEW = 8
 SOURCES = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
 
 
-def hf_model(hf_imports: Path, family: str) -> torch.nn.Module:
+def hf_model(hf_imports: Path, family: str) -> PreTrainedModel:
     """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
     return hf_parity.fp16_rounded(hf_parity.load_hf_model(hf_imports / "checkpoints" / family, family))
 

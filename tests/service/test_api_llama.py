@@ -11,22 +11,25 @@ import shutil
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 import torch
-from hf_checkpoints import DECODER_CHECKPOINTS
-from sse_events import events
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
+from tests.hf_checkpoints import DECODER_CHECKPOINTS
+from tests.service.sse_events import events
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MAX_NEW = 8
 PROMPTS = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
 
 
-def reference(hf_decoder_imports: Path, name: str) -> torch.nn.Module:
+def reference(hf_decoder_imports: Path, name: str) -> PreTrainedModel:
     """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
     folder = hf_decoder_imports / "checkpoints" / name
     family = json.loads((folder / "config.json").read_text())["model_type"]
@@ -38,7 +41,7 @@ def end_tokens(artifact: Path) -> set[int]:
     return set(config.get("eos_token_ids") or [config["special_tokens"]["eos"]])
 
 
-def greedy(model: torch.nn.Module, ids: list[int], ends: set[int]) -> tuple[list[int], list[float]]:
+def greedy(model: PreTrainedModel, ids: list[int], ends: set[int]) -> tuple[list[int], list[float]]:
     """transformers' greedy tokens (cut before the first end token, which the server does not return) and
     the log-probabilities of each."""
     prompt = torch.tensor([ids])
@@ -212,7 +215,11 @@ async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
         gen = s.engine.generator
         calls: list[tuple[int, ...]] = []
         original = gen.model.run
-        gen.model.run = lambda ids, *a, **k: calls.append(ids.shape) or original(ids, *a, **k)
+        def counted(ids: Any, *a: Any, **k: Any) -> Any:
+            calls.append(ids.shape)
+            return original(ids, *a, **k)
+
+        gen.model.run = counted
         slow_down(gen.model.session, 0.01)
         # Decodes for longer than the joining prompts take to go in, a column per row per step.
         long = GenerationParams(max_new_tokens=55, sampling=SamplingParams(temperature=0.0), ignore_eos=True)

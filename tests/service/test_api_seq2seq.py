@@ -9,14 +9,17 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from sse_events import events
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
+from tests.service.sse_events import events
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MAX_NEW = 8
 SOURCES = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
@@ -43,13 +46,13 @@ def serving_seq2seq(
     return start
 
 
-def expected_tokens(model: torch.nn.Module, ids: list[int], num_beams: int, forced: int | None) -> list[int]:
+def expected_tokens(model: PreTrainedModel, ids: list[int], num_beams: int, forced: int | None) -> list[int]:
     """transformers' generated tokens after the start token, up to (without) the end token."""
     source = torch.tensor([ids])
     out = model.generate(source, attention_mask=torch.ones_like(source), num_beams=num_beams, do_sample=False,
                          max_new_tokens=MAX_NEW, length_penalty=1.0, early_stopping=False, no_repeat_ngram_size=0,
                          forced_bos_token_id=forced)
-    tokens = out[0, 1:].tolist()
+    tokens: list[int] = out[0, 1:].tolist()
     eos = model.config.eos_token_id
     return tokens[: tokens.index(eos)] if eos in tokens else tokens
 
@@ -112,7 +115,9 @@ async def test_m2m100_tokens_match_transformers(
     for source, translation in zip(SOURCES, served, strict=True):
         ids = tok.encode(source).ids
         if source_lang is not None:  # the tokenizer's template starts with __en__
-            ids = [tok.token_to_id(f"__{source_lang}__"), *ids[1:]]
+            language = tok.token_to_id(f"__{source_lang}__")
+            assert language is not None, source_lang
+            ids = [language, *ids[1:]]
         tokens = expected_tokens(model, ids, num_beams, forced)
         assert tokens[0] == forced
         assert translation["input_tokens"] == len(ids)

@@ -1,5 +1,6 @@
 import numpy as np
-from sse_events import events
+
+from tests.service.sse_events import events
 
 
 async def test_translate_one_and_many(served) -> None:
