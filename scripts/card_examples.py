@@ -69,11 +69,10 @@ async def ask_served(folder: Path, probes: tuple[Probe, ...], threads: int = 2) 
 def write_any_card(folder: Path, card: dict[str, Any]) -> None:
     """card.json and card.md with the writer that made them: an imported checkpoint's card (it has a
     ``source``) with model/importing/hf_artifact.py's, ours with model/training/card.py's."""
-    if "source" in card:
-        from model.importing.hf_artifact import write_card
-    else:
-        from model.training.card import write_card
-    write_card(folder, card)
+    from model.importing.hf_artifact import write_card as write_imported_card
+    from model.training.card import write_card as write_trained_card
+
+    (write_imported_card if "source" in card else write_trained_card)(folder, card)
 
 
 def with_examples(card: dict[str, Any], task: str, examples: list[dict[str, str]]) -> dict[str, Any]:
