@@ -232,14 +232,62 @@ def _decoding_fields(folder: Path, data: dict[str, Any], where: str) -> dict[str
 
 def load_artifact(folder: Path) -> Artifact:
     """Read `folder/config.json` and check it against the contract; raise ArtifactError naming the problem."""
-    path = folder / "config.json"
+    data = _read_json_object(folder / "config.json", "config.json")
+    where = str(folder / "config.json")
+    contract, architecture = _contract_of(data, where)
+    dims = _dims(data, contract, where)
+    specials = _require(data, "special_tokens", dict, where)
+    for key in contract.special_tokens:
+        if not isinstance(specials.get(key), int):
+            raise ArtifactError(f"{where}: special_tokens.{key} is required for {contract.name}")
+    labels: tuple[str, ...] = ()
+    if contract is CLASSIFICATION:
+        labels = tuple(_require(data, "labels", list, where))
+        if not labels:
+            raise ArtifactError(f"{where}: labels must not be empty")
+    graphs = _graphs(folder, data, contract, dims, where)
+    tokenizer_file = folder / str(data.get("tokenizer", "tokenizer.json"))
+    if not tokenizer_file.is_file():
+        raise ArtifactError(f"{where}: tokenizer file {tokenizer_file} is missing")
+    card_path = folder / str(data.get("card", "card.json"))
+    card = _read_json_object(card_path, "the model card") if card_path.is_file() else {}
+    try:
+        golden = read_golden(folder)
+    except ValueError as exc:
+        raise ArtifactError(f"{folder / GOLDEN_FILE}: {exc}") from None
+    return Artifact(
+        folder=folder,
+        name=_require(data, "name", str, where),
+        task=contract.name,
+        architecture=architecture,
+        dims={k: v for k, v in dims.items() if isinstance(v, int)},
+        vocab_size=_require(data, "vocab_size", int, where),
+        max_positions=_require(data, "max_positions", int, where),
+        special_tokens={k: v for k, v in specials.items() if isinstance(v, int)},
+        labels=labels,
+        graphs=graphs,
+        tokenizer_file=tokenizer_file,
+        card=card,
+        golden=golden,
+        **_encoder_fields(data, where),
+        **_decoding_fields(folder, data, where),
+    )
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: cannot read config.json ({exc})") from None
+        raise ArtifactError(f"{path}: cannot read {what} ({exc})") from None
     if not isinstance(data, dict):
+        if what != "config.json":
+            return {}  # a card that is not an object is no card
         raise ArtifactError(f"{path}: expected a JSON object")
-    where = str(path)
+    return data
+
+
+def _contract_of(data: dict[str, Any], where: str) -> tuple[Task, str]:
+    """The format version, task and architecture: what the rest of config.json is checked against."""
     version = _require(data, "format_version", int, where)
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{where}: format_version {version} is not supported (expected {FORMAT_VERSION})")
@@ -252,27 +300,29 @@ def load_artifact(folder: Path) -> Artifact:
         raise ArtifactError(
             f"{where}: task {task!r} needs architecture {contract.architecture!r}, got {architecture!r}"
         )
-    dims = _require(data, "dims", dict, where)
+    return contract, architecture
+
+
+def _dims(data: dict[str, Any], contract: Task, where: str) -> dict[str, Any]:
+    dims: dict[str, Any] = _require(data, "dims", dict, where)
     for key in ("n_heads", "d_head", *contract.layer_dims):
         if not isinstance(dims.get(key), int) or dims[key] <= 0:
             raise ArtifactError(f"{where}: dims.{key} must be a positive integer")
     kv_heads = dims.get("n_kv_heads", dims["n_heads"])
     if not isinstance(kv_heads, int) or kv_heads <= 0 or dims["n_heads"] % kv_heads:
         raise ArtifactError(f"{where}: dims.n_kv_heads must be a positive integer dividing dims.n_heads")
-    specials = _require(data, "special_tokens", dict, where)
-    for key in contract.special_tokens:
-        if not isinstance(specials.get(key), int):
-            raise ArtifactError(f"{where}: special_tokens.{key} is required for {task}")
-    labels: tuple[str, ...] = ()
-    if contract is CLASSIFICATION:
-        labels = tuple(_require(data, "labels", list, where))
-        if not labels:
-            raise ArtifactError(f"{where}: labels must not be empty")
+    return dims
+
+
+def _graphs(
+    folder: Path, data: dict[str, Any], contract: Task, dims: dict[str, Any], where: str
+) -> dict[str, GraphSpec]:
+    """Each graph role the task needs, with the inputs and outputs the contract names."""
     graphs_data = _require(data, "graphs", dict, where)
     graphs = {}
     for role in contract.roles:
         if role not in graphs_data:
-            raise ArtifactError(f"{where}: graphs.{role} is required for {task}")
+            raise ArtifactError(f"{where}: graphs.{role} is required for {contract.name}")
         graph = _graph(folder, role, graphs_data[role], f"{where}: graphs.{role}")
         io = contract.graph_io(role, dims)  # attention outputs and optional inputs may be absent
         missing = [n for n in io.inputs if n not in graph.input_names] + [
@@ -281,47 +331,26 @@ def load_artifact(folder: Path) -> Artifact:
         if missing:
             raise ArtifactError(f"{where}: graphs.{role} lacks {missing}")
         graphs[role] = graph
-    tokenizer_file = folder / str(data.get("tokenizer", "tokenizer.json"))
-    if not tokenizer_file.is_file():
-        raise ArtifactError(f"{where}: tokenizer file {tokenizer_file} is missing")
-    card_path = folder / str(data.get("card", "card.json"))
-    try:
-        card = json.loads(card_path.read_text()) if card_path.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{card_path}: cannot read the model card ({exc})") from None
-    weights_package = None
-    if WEIGHTS_PACKAGE in data:
-        try:
-            weights_package = parse_weights_package(data[WEIGHTS_PACKAGE], where)
-        except ValueError as exc:
-            raise ArtifactError(str(exc)) from None
+    return graphs
+
+
+def _encoder_fields(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """An embedder's pooling and normalisation, and the package that holds a model's weights, if any."""
     for key in ("normalize", "dimensions_truncatable"):
         if not isinstance(data.get(key, False), bool):
             raise ArtifactError(f"{where}: field {key!r} must be true or false")
     pooling = data.get("pooling")
     if pooling is not None and pooling not in POOLING_MODES:
         raise ArtifactError(f"{where}: pooling must be one of {', '.join(POOLING_MODES)}, not {pooling!r}")
-    try:
-        golden = read_golden(folder)
-    except ValueError as exc:
-        raise ArtifactError(f"{folder / GOLDEN_FILE}: {exc}") from None
-    return Artifact(
-        folder=folder,
-        name=_require(data, "name", str, where),
-        task=task,
-        architecture=architecture,
-        dims={k: v for k, v in dims.items() if isinstance(v, int)},
-        vocab_size=_require(data, "vocab_size", int, where),
-        max_positions=_require(data, "max_positions", int, where),
-        special_tokens={k: v for k, v in specials.items() if isinstance(v, int)},
-        labels=labels,
-        graphs=graphs,
-        tokenizer_file=tokenizer_file,
-        card=card if isinstance(card, dict) else {},
-        golden=golden,
-        pooling=pooling,
-        normalize=data.get("normalize", False),
-        dimensions_truncatable=data.get("dimensions_truncatable", False),
-        weights_package=weights_package,
-        **_decoding_fields(folder, data, where),
-    )
+    weights_package = None
+    if WEIGHTS_PACKAGE in data:
+        try:
+            weights_package = parse_weights_package(data[WEIGHTS_PACKAGE], where)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
+    return {
+        "pooling": pooling,
+        "normalize": data.get("normalize", False),
+        "dimensions_truncatable": data.get("dimensions_truncatable", False),
+        "weights_package": weights_package,
+    }
