@@ -162,51 +162,59 @@ def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
 
 def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     components: dict[str, Schema] = schema.get("components", {}).get("schemas", {})
-    settings = engine.settings
-    by_name = engine.served()
-    generators = {n: s for n, s in by_name.items() if isinstance(s, GenerationService)}
-    translators = {n: s for n, s in by_name.items() if isinstance(s, TranslationService)}
-    default = next(iter(by_name), None)
+    _item_limits(components, engine)
+    _embedding_limits(components, engine)
+    _new_token_limits(components, engine)
+    _beam_limits(components, engine)
+    _per_model_limits(components, engine)
 
-    def prop(component: str, name: str) -> Schema | None:
-        found: Schema | None = components.get(component, {}).get("properties", {}).get(name)
-        return found
 
-    # Items one request may queue (texts, prompts, and for completions prompts x n).
+def _prop(components: dict[str, Schema], component: str, name: str) -> Schema | None:
+    found: Schema | None = components.get(component, {}).get("properties", {}).get(name)
+    return found
+
+
+def _item_limits(components: dict[str, Schema], engine: Engine) -> None:
+    """Items one request may queue (texts, prompts, and for completions prompts x n)."""
+    most = engine.settings.max_queue_size
     for component, field in (("TranslateRequest", "text"), ("ClassifyRequest", "text"), ("CompletionRequest", "prompt"),
                              ("TranslationRequest", "inputs"), ("ClassificationRequest", "inputs"),
                              ("EmbeddingRequest", "input"), ("EmbedRequest", "inputs"), ("RerankRequest", "texts"),
                              ("FeatureExtractionRequest", "inputs")):  # fmt: skip
-        for array in _item_lists(prop(component, field) or {}):
-            array["maxItems"] = settings.max_queue_size
-    for array in _arrays(prop("SimilarityInputs", "sentences") or {}):  # the source sentence is one more
-        array["maxItems"] = settings.max_queue_size - 1
-    _embedding_limits(components, engine)
-    completions = components.get("CompletionRequest")
-    for branch in _choice_branches(completions or {}):  # prompts x n <= the queue
+        for array in _item_lists(_prop(components, component, field) or {}):
+            array["maxItems"] = most
+    for array in _arrays(_prop(components, "SimilarityInputs", "sentences") or {}):  # the source sentence is one more
+        array["maxItems"] = most - 1
+    for branch in _choice_branches(components.get("CompletionRequest") or {}):  # prompts x n <= the queue
         n = branch["properties"]["n"]["const"]
         if n > 1:
             branch["properties"]["prompt"] = {"anyOf": [{"not": {"type": "array"}}, {"items": {"type": "integer"}},
-                                                        {"maxItems": settings.max_queue_size // n}]}  # fmt: skip
+                                                        {"maxItems": most // n}]}  # fmt: skip
 
-    # New tokens: translation refuses more than its cap; generation clamps a budget beyond the context to
-    # what fits, and refuses one above SERVE_MAX_NEW_TOKENS (reachable only when the cap is below the context).
-    caps = [s.max_target_tokens for s in translators.values()]
+
+def _new_token_limits(components: dict[str, Schema], engine: Engine) -> None:
+    """Translation refuses more new tokens than its cap; generation clamps a budget beyond the context to
+    what fits, and refuses one above SERVE_MAX_NEW_TOKENS (reachable only when the cap is below the context)."""
+    settings = engine.settings
+    caps = [s.max_target_tokens for s in engine.served().values() if isinstance(s, TranslationService)]
     for component in ("TranslateRequest", "TranslationGenerateParameters"):
-        for member in _integers(prop(component, "max_new_tokens") or {}):
+        for member in _integers(_prop(components, component, "max_new_tokens") or {}):
             if caps:
                 member["maximum"] = min(caps)
-    if any(settings.max_new_tokens < s.artifact.max_positions - 1 for s in generators.values()):
+    generators = [s for s in engine.served().values() if isinstance(s, GenerationService)]
+    if any(settings.max_new_tokens < s.artifact.max_positions - 1 for s in generators):
         for component, field in (("GenerateRequest", "max_new_tokens"), ("CompletionRequest", "max_tokens"),
                                  ("TgiParameters", "max_new_tokens"), ("ChatCompletionRequest", "max_tokens"),
                                  ("ChatCompletionRequest", "max_completion_tokens")):  # fmt: skip
-            for member in _integers(prop(component, field) or {}):
+            for member in _integers(_prop(components, component, field) or {}):
                 member["maximum"] = settings.max_new_tokens
 
-    # Beams are batch rows; n_best <= num_beams (4 when absent).
-    beams = min(MAX_BEAMS, settings.max_batch_size)
+
+def _beam_limits(components: dict[str, Schema], engine: Engine) -> None:
+    """Beams are batch rows; n_best <= num_beams (4 when absent)."""
+    beams = min(MAX_BEAMS, engine.settings.max_batch_size)
     for component in ("TranslateRequest", "TranslationGenerateParameters"):
-        for member in _integers(prop(component, "num_beams") or {}):
+        for member in _integers(_prop(components, component, "num_beams") or {}):
             member["maximum"] = beams
     translate = components.get("TranslateRequest")
     if translate is not None:  # one branch per num_beams (an absent one is DEFAULT_BEAMS), as CHOICES_RULE
@@ -216,16 +224,23 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
             for k in range(1, beams + 1)
         ]})  # fmt: skip
 
+
+def _per_model_limits(components: dict[str, Schema], engine: Engine) -> None:
+    """Limits that depend on the model a request names: language codes, token ids, logit bias keys."""
+    by_name = engine.served()
+    generators = {n: s for n, s in by_name.items() if isinstance(s, GenerationService)}
+    translators = {n: s for n, s in by_name.items() if isinstance(s, TranslationService)}
     # Language codes: those of the chosen translator; none (null only) for a one-direction model.
+    translate = components.get("TranslateRequest")
     if translate is not None and translators:
         codes = {n: tuple(t.artifact.languages) for n, t in translators.items()}
         _per_model(translate, codes, next(iter(translators)), _bound_languages, _languages_rule)
-
     # Token ids: below the chosen model's vocabulary, at most a prompt's worth (or SERVE_MAX_TOKENIZE_TOKENS).
     prompts = {n: (g.artifact.vocab_size, g.max_prompt_tokens) for n, g in generators.items()}
     for component in ("GenerateRequest", "CompletionRequest"):
         if component in components and prompts:
             _per_model(components[component], prompts, next(iter(generators)), *_bound_token_ids("prompt"))
+    completions = components.get("CompletionRequest")
     if completions is not None and generators:
         vocabs = {n: g.artifact.vocab_size for n, g in generators.items()}
         _per_model(completions, vocabs, None, _bound_logit_bias, _logit_bias_rule)
@@ -234,6 +249,6 @@ def add_runtime_limits(schema: Schema, engine: Engine) -> None:
     if chat is not None and chatting:  # an absent model (or a placeholder) is the first chat model
         _per_model(chat, chatting, next(iter(chatting)), _bound_logit_bias, _logit_bias_rule)
     if "DetokenizeRequest" in components and by_name:
-        most = getattr(settings, "max_tokenize_tokens", None)
+        most = getattr(engine.settings, "max_tokenize_tokens", None)
         ids = {n: (s.artifact.vocab_size, most) for n, s in by_name.items()}
-        _per_model(components["DetokenizeRequest"], ids, default, *_bound_token_ids("tokens"))
+        _per_model(components["DetokenizeRequest"], ids, next(iter(by_name)), *_bound_token_ids("tokens"))
