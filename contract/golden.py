@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
-from contract.kinds import CLASSIFICATION
+from contract.kinds import TASKS
 from contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS
 
 GOLDEN_FILE = "golden.json"
@@ -167,7 +167,7 @@ def load_served_tokenizer(path: Path) -> Tokenizer:
 
 def record_tokenizer(tokenizer: Tokenizer, task: str, special_tokens: Mapping[str, int]) -> dict[str, Any]:
     """golden.json's tokenizer section for a tokenizer loaded as the server loads it (load_served_tokenizer)."""
-    texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if task == CLASSIFICATION.name else ())]
+    texts: list[str | Sequence[str]] = [*SAMPLE_TEXTS, *(SAMPLE_PAIRS if TASKS[task].text_pairs else ())]
     return {
         "samples": [encode_sample(tokenizer, text) for text in texts],
         # id and token, not the id alone: checking the tokenizer needs nothing from config.json

@@ -55,6 +55,8 @@ class Task:
     pipeline_tag: str  # the Hugging Face pipeline tag (/api/models)
     io: Callable[[str, Dims, bool], GraphIO]
     cache_dim: str | None  # the dims key counting the layers that carry a KV cache
+    labels: bool = False  # config.json names the output classes ("labels")
+    text_pairs: bool = False  # a request item may be a pair of texts (NLI, a cross-encoder's query and text)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -89,7 +91,7 @@ GENERATION = Task(
 )
 CLASSIFICATION = Task(
     "classification", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "text-classification",
-    _classification_io, None,
+    _classification_io, None, labels=True, text_pairs=True,
 )
 # Sentence embeddings: the encoder's hidden states pooled in the graph (config.json "pooling": mean, cls,
 # max or lasttoken); the server normalises them when the request (or config.json "normalize") asks.

@@ -354,7 +354,7 @@ def build_config(
             "weights_storage": weights_storage,
         },
     }
-    if isinstance(config, ClassifierConfig) and task.name != EMBEDDING.name:
+    if isinstance(config, ClassifierConfig) and task.labels:
         out["labels"] = list(config.labels)
     if isinstance(config, GeneratorConfig):  # an imported decoder's generation_config.json, where it had one
         if config.eos_token_ids:

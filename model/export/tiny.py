@@ -17,8 +17,9 @@ from torch import nn
 
 from contract.kinds import KINDS
 from model.export.graphs import export_model
+from model.kinds import model_kind
 from model.network.classifier import Classifier
-from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
+from model.network.config import ClassifierConfig, TransformerConfig
 from model.network.embedder import Embedder, EmbeddingOptions
 
 if TYPE_CHECKING:
@@ -37,11 +38,10 @@ TINY_CORPUS = [
 def tiny_config(kind: str, vocab_size: int, special_tokens: dict[str, int]) -> TransformerConfig:
     common: dict[str, Any] = {"vocab_size": vocab_size, "d_model": 32, "n_heads": 2, "d_ff": 64, "max_positions": 128,
                               "special_tokens": special_tokens}
-    if kind == "translator":
-        return TranslatorConfig(**common, n_encoder_layers=2, n_decoder_layers=2)
-    if kind == "generator":
-        return GeneratorConfig(**common, n_layers=2)
-    return ClassifierConfig(**common, n_layers=2)
+    config = model_kind(kind).config
+    assert config is not None, f"{kind} is not trained here"
+    common.update(dict.fromkeys(config.depth_fields, 2))
+    return config(**common)
 
 
 def build_tiny_model(kind: str) -> tuple[nn.Module, Tokenizer]:

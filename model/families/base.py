@@ -1,20 +1,17 @@
 """What every Hugging Face family module uses: the checkpoint's tensors with read tracking, the Linear and
-LayerNorm copy helpers, option checks and the activation names, and the encoder-family record."""
+LayerNorm copy helpers, option checks, the activation names and the LM head check (the family records
+themselves are model/families/shapes.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor
-
-from model.network.config import ClassifierConfig, GeneratorConfig, TranslatorConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "swish": "silu", "silu": "silu"}
@@ -112,50 +109,15 @@ def named_special_tokens(folder: Path, tokenizer: Tokenizer, defaults: dict[str,
     return {role: token_id(tokenizer, name, folder) for role, name in names.items()}
 
 
-@dataclass(frozen=True)
-class EncoderFamily:
-    """A BERT-like encoder family: everything the importer, exporter and parity check need to know of it."""
-
-    name: str  # the HF config.json model_type
-    prefix: str  # the base model's prefix inside a task model's weights (``bert.``)
-    config: Callable[[dict[str, Any], dict[str, int], list[str]], ClassifierConfig]  # hf, specials, labels
-    encoder_weights: Callable[[Tensors, ClassifierConfig], dict[str, Tensor]]
-    head_marker: str  # a tensor only a trained sequence-classification head has
-    head_weights: Callable[[Tensors], dict[str, Tensor]]  # the trained head (pooler/dense + classifier)
-    spare_weights: Callable[[Tensors], dict[str, Tensor]]  # what a base checkpoint has beyond the encoder
-    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
-    reference_classes: tuple[str, str]  # transformers classes: (base model, sequence classification)
-    token_type_input: bool  # the reference model takes token_type_ids (BERT); the others read segment 0 or none
-
-    def has_trained_head(self, src: Tensors) -> bool:
-        return src.has(self.head_marker)
-
-
-@dataclass(frozen=True)
-class DecoderFamily:
-    """A decoder-only family that imports into our generator: config and weight mapping, special tokens,
-    the transformers class its parity is measured against."""
-
-    name: str  # the HF config.json model_type
-    prefix: str  # the base model's prefix inside the causal-LM checkpoint (``model.``); lm_head.weight is outside
-    config: Callable[[dict[str, Any], dict[str, int]], GeneratorConfig]  # hf, specials
-    weights: Callable[[Tensors, GeneratorConfig, Tensor | None], dict[str, Tensor]]  # base tensors, config, lm_head
-    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
-    reference_class: str  # the transformers causal-LM class
-
-
-@dataclass(frozen=True)
-class Seq2SeqFamily:
-    """An encoder-decoder family that imports into our translator: config and weight mapping (the base model's
-    tensors, the LM head if saved apart), special tokens, language codes, the transformers reference class."""
-
-    name: str  # the HF config.json model_type
-    config: Callable[[dict[str, Any], dict[str, int]], TranslatorConfig]  # hf, specials
-    weights: Callable[[Tensors, TranslatorConfig, Tensor | None], dict[str, Tensor]]
-    special_tokens: Callable[[Path, dict[str, Any], Tokenizer], dict[str, int]]
-    languages: Callable[[Tokenizer], dict[str, int]]  # code -> token id; empty: not multilingual
-    reference_class: str
-    generation_config: bool = True  # take generation_config.json's forced and start tokens (T5, M2M100)
+def output_head(out: dict[str, Tensor], tied: bool, lm_head: Tensor | None, embedding: str, family: str) -> None:
+    """The LM head: a tied one saved beside the embedding must equal it; an untied one must be saved."""
+    if tied:
+        if lm_head is not None and not torch.equal(lm_head, out[embedding]):
+            raise CheckpointError(f"{family}: lm_head.weight should be tied to {embedding} but differs from it")
+        return
+    if lm_head is None:
+        raise CheckpointError(f"{family}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
+    out["lm_head.weight"] = lm_head
 
 
 def config_token_id(folder: Path, hf: dict[str, Any], key: str, fallback: int | None = None) -> int:

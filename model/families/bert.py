@@ -9,15 +9,8 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families.base import (
-    EncoderFamily,
-    Tensors,
-    activation,
-    linear,
-    named_special_tokens,
-    norm,
-    require,
-)
+from model.families.base import Tensors, activation, linear, named_special_tokens, norm, require
+from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
 

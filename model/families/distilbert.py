@@ -11,7 +11,8 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families import bert
-from model.families.base import CheckpointError, EncoderFamily, Tensors, activation, linear, norm
+from model.families.base import CheckpointError, Tensors, activation, linear, norm
+from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
 

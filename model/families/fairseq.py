@@ -1,28 +1,31 @@
 """Marian (``MarianMTModel``, model_type marian: OPUS-MT) and BART (``BartForConditionalGeneration``) -> our
 translator: fairseq-style post-LN layers (model/families/base.py ``fairseq_layers``), a shared embedding and an
 LM head with ``final_logits_bias``. Marian computes split sinusoidal positions; BART learns them (offset 2) and
-normalises its embeddings. Decoding starts from ``decoder_start_token_id`` (Marian's is the pad token).
+normalises its embeddings. Decoding starts from ``decoder_start_token_id`` (Marian's is the pad token). A Marian
+folder without tokenizer.json is converted here (``convert_marian``): transformers has no converter for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, processors
 from torch import Tensor
 
 from model.families.base import (
     CheckpointError,
-    Seq2SeqFamily,
     Tensors,
     activation,
     config_token_id,
     fairseq_layers,
     norm,
+    output_head,
     require,
 )
+from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
 
@@ -81,10 +84,7 @@ def seq2seq_weights(
     if final_logits_bias is None:
         raise CheckpointError(f"{family}: the checkpoint lacks final_logits_bias")
     out["lm_head.bias"] = final_logits_bias.reshape(-1)
-    if not c.tie_output:
-        if lm_head is None:
-            raise CheckpointError(f"{family}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
-        out["lm_head.weight"] = lm_head
+    output_head(out, c.tie_output, lm_head, "embed.weight", family)
     return out
 
 
@@ -103,16 +103,65 @@ def _final_logits_bias(src: Tensors) -> Tensor | None:
     return src.take("final_logits_bias") if src.has("final_logits_bias") else None
 
 
-def family(name: str, reference_class: str) -> Seq2SeqFamily:
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+def convert_marian(folder: Path) -> Tokenizer:
+    from transformers import MarianTokenizer
+    from transformers.convert_slow_tokenizer import SpmConverter
+
+    missing = [name for name in MARIAN_FILES if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder}: a Marian tokenizer needs {', '.join(MARIAN_FILES)}; missing {missing}")
+    # OPUS-MT's source.spm and target.spm differ, over one shared vocab.json: the tokenizer segments with
+    # source.spm (its scores; pieces only the target side has get a floor score, so the source side never
+    # picks them) and numbers and decodes every piece of vocab.json, as MarianTokenizer does.
+    slow = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
+    if slow.separate_vocabs:
+        raise CheckpointError(f"{folder}: separate source and target vocabularies are not supported")
+
+    class MarianConverter(SpmConverter):
+        """SentencePiece segmentation as the library converts it; ids from Marian's vocab.json."""
+
+        def __init__(self, original: Any) -> None:
+            original.vocab_file = original.spm_files[0]  # what SpmConverter reads the model from
+            SpmConverter.__init__(self, original)
+
+        def vocab(self, proto: Any) -> list[tuple[str, float]]:
+            scores = {p.piece: p.score for p in proto.pieces}
+            floor = min(scores.values()) - 10.0  # pieces SentencePiece lacks (<pad>, >>xx<<) are never chosen
+            by_id = sorted(self.original_tokenizer.encoder.items(), key=lambda item: item[1])
+            if [i for _, i in by_id] != list(range(len(by_id))):
+                raise CheckpointError(f"{folder}/vocab.json: ids are not 0..{len(by_id) - 1}")
+            return [(piece, scores.get(piece, floor)) for piece, _ in by_id]
+
+        def unk_id(self, proto: Any) -> int:
+            return int(self.original_tokenizer.encoder[str(self.original_tokenizer.unk_token)])
+
+        def post_processor(self) -> processors.TemplateProcessing:
+            eos = str(self.original_tokenizer.eos_token)
+            eos_id = self.original_tokenizer.encoder[eos]
+            return processors.TemplateProcessing(single=["$A", eos], pair=["$A", "$B", eos],
+                                                 special_tokens=[(eos, eos_id)])
+
+    tokenizer = MarianConverter(slow).converted()
+    tokenizer.add_special_tokens([str(slow.pad_token), str(slow.eos_token), str(slow.unk_token)])
+    tokenizer.add_tokens(slow.supported_language_codes)  # ">>fra<<" target codes stay one token, as in Marian
+    return tokenizer
+
+
+def family(name: str, reference_class: str,
+           slow_tokenizer: Callable[[Path], Tokenizer] | None = None) -> Seq2SeqFamily:
     return Seq2SeqFamily(
         name,
         config=lambda hf, specials: seq2seq_config(hf, name, specials),
         weights=lambda src, c, lm_head: seq2seq_weights(src, c, name, lm_head, _final_logits_bias(src)),
         special_tokens=special_tokens,
         languages=lambda tokenizer: {},
-        reference_class=reference_class,
+        reference_name=reference_class,
         generation_config=False,  # their decoding is the server's own (the importer never read theirs)
+        slow_tokenizer=slow_tokenizer,
     )
 
 
-FAMILIES = (family("marian", "MarianMTModel"), family("bart", "BartForConditionalGeneration"))
+FAMILIES = (family("marian", "MarianMTModel", convert_marian), family("bart", "BartForConditionalGeneration"))

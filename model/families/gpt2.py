@@ -13,16 +13,8 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families.base import (
-    CheckpointError,
-    DecoderFamily,
-    Tensors,
-    activation,
-    config_token_id,
-    linear,
-    norm,
-    require,
-)
+from model.families.base import Tensors, activation, config_token_id, linear, norm, output_head, require
+from model.families.shapes import DecoderFamily
 from model.network.config import GeneratorConfig
 
 NAME = "gpt2"
@@ -69,10 +61,7 @@ def weights(src: Tensors, c: GeneratorConfig, lm_head: Tensor | None) -> dict[st
         linear(out, f"{ours}.ff.fc1", src, f"{theirs}.mlp.c_fc", transpose=True)
         linear(out, f"{ours}.ff.fc2", src, f"{theirs}.mlp.c_proj", transpose=True)
     norm(out, "ln_f", src, "ln_f")
-    if not c.tie_output:
-        if lm_head is None:
-            raise CheckpointError("gpt2: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
-        out["lm_head.weight"] = lm_head
+    output_head(out, c.tie_output, lm_head, "tok_emb.weight", "gpt2")
     return out
 
 

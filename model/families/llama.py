@@ -15,7 +15,8 @@ from typing import Any, TypedDict
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families.base import CheckpointError, DecoderFamily, Tensors, activation, linear
+from model.families.base import CheckpointError, Tensors, activation, linear, output_head
+from model.families.shapes import DecoderFamily
 from model.network.config import GeneratorConfig
 from model.network.rotary import ROPE_TYPES, rope_type
 
@@ -81,7 +82,7 @@ def config(hf: dict[str, Any], specials: dict[str, int], family: str) -> Generat
     )
 
 
-def weights(src: Tensors, c: GeneratorConfig, lm_head: Tensor | None) -> dict[str, Tensor]:
+def weights(src: Tensors, c: GeneratorConfig, lm_head: Tensor | None, family: str) -> dict[str, Tensor]:
     """Our generator's parameters from the base model's tensors (``model.`` stripped) and the LM head."""
     out: dict[str, Tensor] = {"tok_emb.weight": src.take("embed_tokens.weight")}
     for i in range(c.n_layers):
@@ -94,10 +95,7 @@ def weights(src: Tensors, c: GeneratorConfig, lm_head: Tensor | None) -> dict[st
         for our_proj, their_proj in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
             linear(out, f"{ours}.ff.{our_proj}", src, f"{theirs}.mlp.{their_proj}")
     out["ln_f.weight"] = src.take("norm.weight")
-    if not c.tie_output:
-        if lm_head is None:
-            raise CheckpointError("tie_word_embeddings is false but the checkpoint has no lm_head.weight")
-        out["lm_head.weight"] = lm_head
+    output_head(out, c.tie_output, lm_head, "tok_emb.weight", family)
     return out
 
 
@@ -121,7 +119,8 @@ def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> di
 
 def family(name: str, reference: str) -> DecoderFamily:
     return DecoderFamily(name=name, prefix="model.", config=lambda hf, specials: config(hf, specials, name),
-                         weights=weights, special_tokens=special_tokens, reference_class=reference)
+                         weights=lambda src, c, lm_head: weights(src, c, lm_head, name),
+                         special_tokens=special_tokens, reference_name=reference)
 
 
 FAMILIES = (family("llama", "LlamaForCausalLM"), family("qwen2", "Qwen2ForCausalLM"),

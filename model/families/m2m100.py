@@ -14,16 +14,9 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families.base import (
-    CheckpointError,
-    Seq2SeqFamily,
-    Tensors,
-    activation,
-    fairseq_layers,
-    norm,
-    require,
-)
+from model.families.base import CheckpointError, Tensors, activation, fairseq_layers, norm, output_head, require
 from model.families.fairseq import special_tokens  # the fairseq translators' ids: pad, unk, start, end
+from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
 NAME = "m2m_100"
@@ -54,6 +47,7 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
         src.discard(f"{side}.embed_positions.")  # computed, never learned (a non-persistent buffer)
         norm(out, "ln_enc" if side == "encoder" else "ln_dec", src, f"{side}.layer_norm")
     fairseq_layers(out, src, c.n_encoder_layers, c.n_decoder_layers)
+    output_head(out, True, lm_head, "embed.weight", NAME)
     return out
 
 

@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families import bert
-from model.families.base import CheckpointError, EncoderFamily, Tensors, linear, named_special_tokens
+from model.families.base import CheckpointError, Tensors, linear, named_special_tokens
+from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}

@@ -17,7 +17,8 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families.base import ACTIVATIONS, CheckpointError, Seq2SeqFamily, Tensors, config_token_id, require
+from model.families.base import ACTIVATIONS, CheckpointError, Tensors, config_token_id, output_head, require
+from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
 NAME = "t5"
@@ -82,10 +83,7 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
             else:
                 for our_proj, their_proj in (("fc1", "wi"), ("fc2", "wo")):
                     out[f"{ours}.ff.{our_proj}.weight"] = src.take(f"{ff}.DenseReluDense.{their_proj}.weight")
-    if not c.tie_output:
-        if lm_head is None:
-            raise CheckpointError(f"{NAME}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
-        out["lm_head.weight"] = lm_head
+    output_head(out, c.tie_output, lm_head, "embed.weight", NAME)
     return out
 
 

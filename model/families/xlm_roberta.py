@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from model.families import roberta
-from model.families.base import EncoderFamily
+from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
 

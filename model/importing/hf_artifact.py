@@ -20,9 +20,9 @@ from model.importing.sentence_transformers_folder import is_sentence_transformer
 from model.network.embedder import Embedder
 from model.training.card import count_parameters, use_sections
 
-SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json", "chat_template.jinja",
-                "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt",
-                "sentencepiece.bpe.model", "source.spm", "target.spm", "README.md")
+SOURCE_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "tokenizer_config.json",
+                "chat_template.jinja", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "vocab.txt",
+                "vocab.json", "merges.txt", "sentencepiece.bpe.model", "source.spm", "target.spm", "README.md")
 
 
 def checkpoint_license(folder: Path, given: str | None) -> str:
@@ -43,7 +43,7 @@ def torch_parity(result: Imported, folder: Path, tokenizer: Any, specials: dict[
         from model.importing import hf_parity
     except ImportError as exc:  # transformers missing: the import still works, the card says so
         return {"checked": False, "why": f"transformers is not installed ({exc})"}
-    headless = result.kind == "embedder" or result.random_head
+    headless = result.headless
     reference = hf_parity.load_hf_model(folder, result.family, has_head=not headless)
     inputs = hf_parity.reference_inputs(result.family, tokenizer, specials, hf_parity.SAMPLE_TEXTS)
     keep = hf_parity.real_positions(result.family, inputs)
@@ -101,14 +101,6 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     (out / "card.md").write_text("\n".join(lines) + "\n")
 
 
-def card_config(result: Imported) -> dict[str, Any]:
-    """The imported model's config; an embedder's has no classification labels (its graph has no head)."""
-    config: dict[str, Any] = result.model.config.to_dict()  # type: ignore[union-attr, operator]
-    if result.kind == "embedder":
-        config.pop("labels", None)
-    return config
-
-
 def import_card(name: str, result: Imported, folder: Path, license_: str, command: str,
                 parity: dict[str, Any]) -> dict[str, Any]:
     hf = result.hf_config
@@ -119,7 +111,7 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
                    f"into our {result.kind} class and exported with our exporter.",
         "parameters": result.model.graph_parameters() if isinstance(result.model, Embedder)
         else count_parameters(result.model),
-        "config": card_config(result),
+        "config": result.config,
         "source": {"origin": str(origin), "folder": str(folder), "model_type": hf.get("model_type"),
                    "architectures": hf.get("architectures"), "license": license_, "command": command,
                    "files": sorted(p.name for p in folder.iterdir() if p.name in SOURCE_FILES)},
@@ -152,7 +144,7 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
                             f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")
     parity = torch_parity(result, checkpoint, tokenizer, specials)
     export_imported(result, tokenizer, out, name, int8, fp16_storage)
-    if result.kind == "generator" and write_chat_template(checkpoint, out):  # chat needs the checkpoint's template
+    if result.chat and write_chat_template(checkpoint, out):  # chat needs the checkpoint's template
         result.notes.append("chat template from the checkpoint: POST /v1/chat/completions renders with it")
     card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
                        onnx_parity(parity, family, out))
@@ -160,7 +152,8 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
     return card
 
 
-def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool, fp16_storage: bool = True) -> None:
+def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool,
+                    fp16_storage: bool = True) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tokenizer.save(str(path))

@@ -6,13 +6,14 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
 
 @dataclass
 class TransformerConfig:
+    depth_fields: ClassVar[tuple[str, ...]] = ("n_layers",)  # the fields that say how many layers it has
     vocab_size: int
     d_model: int = 256
     n_heads: int = 4
@@ -87,6 +88,7 @@ class TranslatorConfig(TransformerConfig):
     languages: dict[str, int] = field(default_factory=dict)
     forced_bos_token_id: int | None = None
     kind = "translator"
+    depth_fields: ClassVar[tuple[str, ...]] = ("n_encoder_layers", "n_decoder_layers")
 
 
 @dataclass

@@ -10,6 +10,7 @@ the position ids inside the graph, so left padding and a KV cache need nothing m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +18,6 @@ from torch import Tensor, nn
 
 from model.network.config import TransformerConfig
 
-ROPE_TYPES = ("default", "linear", "llama3")
 RotaryAngles = tuple[Tensor, Tensor]  # cos, sin: [B, 1, S, Dh], broadcast over heads
 
 
@@ -27,19 +27,10 @@ def rope_type(scaling: dict[str, Any] | None) -> str:
     return str(scaling.get("rope_type", scaling.get("type", "default")))
 
 
-def inverse_frequencies(d_head: int, theta: float, scaling: dict[str, Any] | None) -> Tensor:
-    """[d_head / 2] float32 inverse frequencies, as transformers' ROPE_INIT_FUNCTIONS compute them."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))
-    kind = rope_type(scaling)
-    if kind == "default":
-        return inv_freq
-    assert scaling is not None
-    if kind == "linear":
-        factor: float = scaling["factor"]
-        return inv_freq / factor
-    if kind == "llama3":
-        return llama3_frequencies(inv_freq, scaling)
-    raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+def linear_frequencies(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
+    """Positions interpolated by ``factor``."""
+    factor: float = scaling["factor"]
+    return inv_freq / factor
 
 
 def llama3_frequencies(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
@@ -54,6 +45,24 @@ def llama3_frequencies(inv_freq: Tensor, scaling: dict[str, Any]) -> Tensor:
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
     return torch.where(medium, smoothed, scaled)
+
+
+# rope_scaling's type -> how it rescales the default inverse frequencies.
+SCALINGS: dict[str, Callable[[Tensor, dict[str, Any]], Tensor]] = {
+    "default": lambda inv_freq, scaling: inv_freq,
+    "linear": linear_frequencies,
+    "llama3": llama3_frequencies,
+}
+ROPE_TYPES = tuple(SCALINGS)
+
+
+def inverse_frequencies(d_head: int, theta: float, scaling: dict[str, Any] | None) -> Tensor:
+    """[d_head / 2] float32 inverse frequencies, as transformers' ROPE_INIT_FUNCTIONS compute them."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))
+    kind = rope_type(scaling)
+    if kind not in SCALINGS:
+        raise ValueError(f"rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    return SCALINGS[kind](inv_freq, scaling or {})
 
 
 class RotaryEmbedding(nn.Module):

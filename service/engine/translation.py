@@ -17,72 +17,39 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from contract.names import ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
+from contract.names import ATTENTION_MASK, ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import RowAttention, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step
 from service.engine.chooser import ChooserRows, choose
+from service.engine.encoder_batch import encoder_feeds
 from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
-from service.engine.sampling import SamplingParams
 from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release
 from service.engine.streaming import TextStream
 from service.engine.top_logprobs import TopLogprobs
+from service.engine.translation_types import (
+    GREEDY,
+    Hypothesis,
+    TranslationParams,
+    TranslationPiece,
+    TranslationResult,
+    TranslationSequence,
+)
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 
-GREEDY = SamplingParams(temperature=0.0)
-
-
-@dataclass(frozen=True)
-class TranslationParams:
-    num_beams: int = 4
-    n_best: int = 1
-    length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty, the end token counted
-    max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap
-    no_repeat_ngram_size: int = 3  # the model card measures beam 4 with this ban (README "Models")
-    sampling: SamplingParams | None = None  # num_beams=1: temperature, penalties, logit bias; None: greedy
-    return_attention: bool = False
-    stream: bool = False  # emit a TranslationPiece per token (num_beams=1 only: beams change their past)
-    stop: tuple[str, ...] = ()  # num_beams=1: the text ends before the first of these
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    text: str
-    score: float
-    logprob: float
-    token_ids: list[int]  # without the end token
-
-
-@dataclass(frozen=True)
-class TranslationPiece:
-    """One streamed target token and the text it completes ("" while a character is incomplete)."""
-
-    index: int
-    id: int
-    text: str
-    logprob: float | None = None
-
-
-@dataclass(frozen=True)
-class TranslationResult:
-    hypotheses: list[Hypothesis]  # best first, n_best of them
-    input_tokens: int
-    attention: dict[str, Any] | None = None
-    tail: str = ""  # streamed text the end released (an incomplete character); in the text, in no piece
-
-
-class TranslationSequence(Sequence):
-    def __init__(
-        self, src_ids: list[int], params: TranslationParams, max_new_tokens: int, forced_first: int | None = None
-    ) -> None:
-        super().__init__(rows=params.num_beams, prefill_tokens=len(src_ids))
-        self.src_ids = src_ids
-        self.params = params
-        self.max_new_tokens = max_new_tokens
-        self.forced_first = forced_first  # a multilingual model's target language: the first token, logprob 0
+__all__ = [
+    "GREEDY",
+    "Hypothesis",
+    "TranslationBatch",
+    "TranslationModel",
+    "TranslationParams",
+    "TranslationPiece",
+    "TranslationResult",
+    "TranslationSequence",
+]
 
 
 @dataclass
@@ -99,6 +66,19 @@ class _Request:
     @property
     def beams(self) -> bool:
         return self.seq.params.num_beams > 1
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One decoder step as both kinds of rows read it: the greedy or sampled rows and the beam rows."""
+
+    logits: np.ndarray  # [rows, vocab], forced first tokens applied
+    banned: tuple[np.ndarray, np.ndarray]  # (row, token) pairs the n-gram ban forbids
+    offsets: np.ndarray  # each request's first row
+    emits: list[Emit]  # what the step releases, appended by both
+
+    def of_rows(self, rows: np.ndarray) -> np.ndarray:
+        return self.logits if len(rows) == len(self.logits) else self.logits[rows]
 
 
 class TranslationModel:
@@ -140,8 +120,8 @@ class TranslationModel:
     def prefill(self, sequences: list[Sequence]) -> tuple[list[Emit], TranslationBatch | None]:
         requests = [self._request(seq) for seq in sequences if isinstance(seq, TranslationSequence)]
         B = len(requests)
-        ids, mask = self._sources(requests)
-        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, self.cross, keep=self.cross)
+        sources = self._sources(requests)
+        out = self.encoder.run(sources, self.cross, keep=self.cross)
         attention: list[RowAttention | None] | None = None
         if any(r.seq.params.return_attention for r in requests):
             self._encoder_maps([r for r in requests if r.seq.params.return_attention])
@@ -150,29 +130,21 @@ class TranslationModel:
         sampling = [r.seq.params.sampling or GREEDY for r in greedy]
         chooser = ChooserRows.create(sampling, self.vocab_size, (), [0] * len(greedy))
         stops = StopRows.create([r.seq.max_new_tokens for r in greedy], [False] * len(greedy))
-        cross = CrossState(mask, [out[name] for name in self.cross])
+        cross = CrossState(sources[ATTENTION_MASK], [out[name] for name in self.cross])
         cache = KVCache.empty(B, self.n_layers, self.artifact.n_kv_heads, self.artifact.d_head)
         targets = Targets.empty(B, self.artifact.max_positions)
         next_ids = np.full((B, 1), self.bos, dtype=np.int64)
         lengths = np.ones(B, np.int64)
         return [], TranslationBatch(self, requests, lengths, targets, chooser, stops, attention, cache, cross, next_ids)
 
-    def _sources(self, requests: list[_Request]) -> tuple[np.ndarray, np.ndarray]:
+    def _sources(self, requests: list[_Request]) -> dict[str, np.ndarray]:
         """Source ids and mask, right-padded (as the encoder was trained)."""
-        B, S = len(requests), max(len(r.seq.src_ids) for r in requests)
-        ids = np.full((B, S), self.pad, dtype=np.int64)
-        mask = np.zeros((B, S), dtype=np.int64)
-        for i, r in enumerate(requests):
-            n = len(r.seq.src_ids)
-            ids[i, :n] = r.seq.src_ids
-            mask[i, :n] = 1
-        return ids, mask
+        return encoder_feeds([r.seq.src_ids for r in requests], None, self.pad)
 
     def _encoder_maps(self, requests: list[_Request]) -> None:
         """The encoder's maps of the requests that asked, from a run of their own: a run returns maps for
         every row, and the batch's other sources (up to 64, of up to 512 tokens) would make them hundreds of MB."""
-        ids, mask = self._sources(requests)
-        out = self.encoder.run({"input_ids": ids, "attention_mask": mask}, self.encoder_attention)
+        out = self.encoder.run(self._sources(requests), self.encoder_attention)
         for i, r in enumerate(requests):
             n = len(r.seq.src_ids)
             r.encoder_attention = [out[name][i, :, :n, :n].copy() for name in self.encoder_attention]
@@ -254,32 +226,23 @@ class TranslationBatch(SequenceBatch[_Request]):
         sizes = [r.seq.params.no_repeat_ngram_size for r in self.requests]
         banned = banned_ngrams(self.targets, np.repeat(sizes, self.counts), set(sizes))
         offsets = np.cumsum(self.counts) - self.counts
-        emits: list[Emit] = []
+        now = StepOutput(logits, banned, offsets, [])
         parts = []
         self._observe(time.perf_counter())
         if not self.beam.all():
-            parts.append(self._choose(logits, banned, np.flatnonzero(~self.beam), offsets, emits))
+            parts.append(self._choose(now, np.flatnonzero(~self.beam)))
         if self.beam.any():
-            parts.append(self._search(logits, banned, np.flatnonzero(self.beam), offsets, emits))
+            parts.append(self._search(now, np.flatnonzero(self.beam)))
         request, parents, tokens, logprob = (np.concatenate(column) for column in zip(*parts, strict=True))
         order = np.argsort(request, kind="stable")
         self._advance(cache, request[order], parents[order], tokens[order], logprob[order])
-        return emits
+        return now.emits
 
-    def _choose(
-        self,
-        logits: np.ndarray,
-        banned: tuple[np.ndarray, np.ndarray],
-        requests: np.ndarray,
-        offsets: np.ndarray,
-        emits: list[Emit],
-    ) -> tuple[np.ndarray, ...]:
+    def _choose(self, now: StepOutput, requests: np.ndarray) -> tuple[np.ndarray, ...]:
         """The num_beams=1 requests (one row each): the chooser picks, `stopping` ends them."""
-        m, rows = self.model, offsets[requests]
-        local, (ban_rows, ban_tokens) = self._local(rows), banned
-        hit = local[ban_rows] >= 0
-        x = logits if len(rows) == len(logits) else logits[rows]
-        choice = choose(self.chooser, x, (local[ban_rows[hit]], ban_tokens[hit]) if hit.any() else None)
+        m, rows = self.model, now.offsets[requests]
+        bans = self._bans_among(now, rows)
+        choice = choose(self.chooser, now.of_rows(rows), bans if len(bans[0]) else None)
         self.chooser.observe(choice.tokens)
         codes = self.stops.update(choice.tokens, m.eos)
         assert choice.logprobs is not None  # every translation row asks: its hypothesis is scored with them
@@ -294,42 +257,38 @@ class TranslationBatch(SequenceBatch[_Request]):
                     req.tail = piece
                 elif req.seq.params.stream:
                     index = int(self.targets.length[row])
-                    emits.append(Emit(req.seq, TranslationPiece(index, token, piece, float(choice.logprobs[j]))))
+                    now.emits.append(Emit(req.seq, TranslationPiece(index, token, piece, float(choice.logprobs[j]))))
             if reason is not None:
                 tokens = self.targets.tokens(row) + ([] if code == END else [token])
                 req.pool.add(float(logprob[j]), tokens, int(self.targets.length[row]) + 1, self._attention_of(row))
-                emits.append(Emit(req.seq, m.result(req), final=True))
+                now.emits.append(Emit(req.seq, m.result(req), final=True))
                 alive[j] = False
         return requests[alive], rows[alive], choice.tokens[alive], logprob[alive]
 
-    def _search(
-        self,
-        logits: np.ndarray,
-        banned: tuple[np.ndarray, np.ndarray],
-        requests: np.ndarray,
-        offsets: np.ndarray,
-        emits: list[Emit],
-    ) -> tuple[np.ndarray, ...]:
+    def _search(self, now: StepOutput, requests: np.ndarray) -> tuple[np.ndarray, ...]:
         """The beam requests: each row's best tokens from the scoring head (enough that 2 * num_beams
         survive the n-gram ban), then `beam_step` for all of them."""
         counts = self.counts[requests]
-        rows = np.arange(counts.sum()) + np.repeat(offsets[requests] - (np.cumsum(counts) - counts), counts)
-        every = len(rows) == len(logits)
-        local, (ban_rows, ban_tokens) = self._local(rows), banned
-        hit = local[ban_rows] >= 0
-        ban_rows, ban_tokens = local[ban_rows[hit]], ban_tokens[hit]
+        rows = np.arange(counts.sum()) + np.repeat(now.offsets[requests] - (np.cumsum(counts) - counts), counts)
+        ban_rows, ban_tokens = self._bans_among(now, rows)
         most_banned = int(np.bincount(ban_rows).max()) if len(ban_rows) else 0
         widest = 2 * max(self.requests[i].seq.params.num_beams for i in requests.tolist())
-        logprob, token = self.model.top_logprobs(logits if every else logits[rows], widest + most_banned)
+        logprob, token = self.model.top_logprobs(now.of_rows(rows), widest + most_banned)
         row, rank = np.nonzero(token[ban_rows] == ban_tokens[:, None])  # the banned among them
         logprob[ban_rows[row], rank] = -np.inf
-        targets = self.targets if every else self.targets.take(rows)
+        targets = self.targets if len(rows) == len(now.logits) else self.targets.take(rows)
         pools = [self.requests[i].pool for i in requests.tolist()]
         candidates = Candidates(logprob, token)
         step = beam_step(candidates, targets, counts, pools, self.model.eos, lambda r: self._attention_of(int(rows[r])))
         for i in requests[step.counts == 0].tolist():
-            emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
+            now.emits.append(Emit(self.requests[i].seq, self.model.result(self.requests[i]), final=True))
         return np.repeat(requests, step.counts), rows[step.parents], step.tokens, step.logprob
+
+    def _bans_among(self, now: StepOutput, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The n-gram bans that fall on ``rows``, as (position among ``rows``, token)."""
+        local, (ban_rows, ban_tokens) = self._local(rows), now.banned
+        hit = local[ban_rows] >= 0
+        return local[ban_rows[hit]], ban_tokens[hit]
 
     def _forced(self, logits: np.ndarray) -> np.ndarray:
         """At the first step, a request with a forced first token (a target language) can choose only it,
