@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service.api.errors import FieldError
-from service.api.schemas import CHOICES_RULE, OpenAISampling, Request, Response, Usage
+from service.api.openai_schemas import CHOICES_RULE, OpenAISampling
+from service.api.schemas import Request, Response, Usage
 
 ROLES = ("system", "user", "assistant", "developer")
 # `model` values that name no model: TGI's own placeholder, and huggingface_hub's when its model is a URL.

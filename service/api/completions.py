@@ -11,13 +11,8 @@ from fastapi import APIRouter, Request
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
 from service.api.openai_common import FINISH, openai_job, openai_stream, usage
-from service.api.schemas import (
-    CompletionChoice,
-    CompletionLogprobs,
-    CompletionRequest,
-    CompletionResponse,
-    Usage,
-)
+from service.api.openai_schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
+from service.api.schemas import Usage
 from service.api.sse import sse, streaming_response
 from service.api.tracing import new_request_id
 from service.engine.generation import GenerationResult, TokenEvent

@@ -8,8 +8,9 @@ from typing import Any, Protocol
 
 from service.api.errors import ENGINE_STATUS, log_internal_error
 from service.api.openai_errors import openai_error_body
+from service.api.openai_schemas import OpenAISampling
 from service.api.sampling import sampling_given, sampling_params, stop_strings
-from service.api.schemas import OpenAISampling, Usage
+from service.api.schemas import Usage
 from service.api.sse import sse
 from service.engine.errors import EngineError
 from service.engine.generation import GenerationResult, TokenEvent

@@ -49,7 +49,7 @@ def _item_lists(prop: Schema) -> list[Schema]:
 
 
 def _choice_branches(completions: Schema) -> list[Schema]:
-    """The branches of schemas.CHOICES_RULE in CompletionRequest, one per n."""
+    """The branches of openai_schemas.CHOICES_RULE in CompletionRequest, one per n."""
     for rule in completions.get("allOf", []):
         branches = rule.get("anyOf", [])
         if branches and all("n" in b.get("properties", {}) for b in branches):

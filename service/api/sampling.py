@@ -9,7 +9,8 @@ from service.engine.sampling import DEFAULTABLE, SamplingParams
 from service.engine.translation import TranslationParams
 
 if TYPE_CHECKING:
-    from service.api.schemas import GenerateRequest, OpenAISampling, TranslateRequest
+    from service.api.openai_schemas import OpenAISampling
+    from service.api.schemas import GenerateRequest, TranslateRequest
     from service.api.tgi_schemas import TgiParameters
 
 # The TranslationParams fields that /v1/translate's request carries as they are; sampling and stop are built.
