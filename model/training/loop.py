@@ -136,7 +136,8 @@ def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.Opt
     return torch.optim.AdamW(param_groups, lr=settings.lr, betas=(0.9, 0.98), eps=1e-9)
 
 
-def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainState, tag: str) -> None:
+def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainState,
+                    tag: str) -> None:
     """Weights as safetensors (+ config JSON); optimizer and progress in a torch file for resuming."""
     run_dir.mkdir(parents=True, exist_ok=True)
     save_model(model, str(run_dir / f"{tag}.safetensors"))
@@ -192,23 +193,75 @@ def train(
     """
     torch.manual_seed(settings.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if settings.device.startswith("cuda"):
+    to_device(model, settings.device)
+    optimizer = make_optimizer(model, settings)
+    state, origin, fresh_optimizer = resume_run(run_dir, model, optimizer, start, origin, resume)
+    (run_dir / "train_settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    segment = new_segment(state, settings, origin)
+    model.train()
+    # Each segment draws its own order: with one seed for all, every resumed segment replayed the batches
+    # the earlier ones began with (the translator's validation loss 2.515 -> 2.603 in the first 200 steps
+    # of a resumed segment, its training loss 2.96 -> 2.63 on batches every segment began with).
+    batches = task.train_batches(settings.seed + len(state.segments) - 1)
+    budget_s = settings.minutes * 60
+    running: list[float] = []
+    clock = training_clock(settings.device)
+    segment_start, first_step, first_items = clock(), state.step, state.items_seen
+    # A fresh optimizer (a packed or recovered run) warms the rate up again: at the full stable rate its
+    # first updates bumped the translator's validation loss 2.542 -> 2.671 (in a segment that also replayed
+    # its predecessors' first batches; see the batch order above).
+    warm_from = first_step if fresh_optimizer else 0
+    total_before = state.elapsed_s
+    bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
+    segment_s = 0.0
+    while segment_s < budget_s and state.step < settings.max_steps:
+        lr = learning_rate(settings, state.step, segment_s, state.step - first_step, warm_from)
+        loss, n_items = update(model, optimizer, task, next(batches), lr, settings.grad_clip)
+        state.step += 1
+        state.items_seen += n_items
+        running.append(loss)
+        now = clock() - segment_start
+        bar.update(int(now) - int(segment_s))
+        segment_s = now
+        state.elapsed_s = total_before + segment_s
+        last_step = segment_s >= budget_s or state.step >= settings.max_steps
+        if state.step % settings.eval_every == 0 or last_step:
+            segment.update(minutes=round(segment_s / 60, 2), steps=state.step - first_step,
+                           items=state.items_seen - first_items)
+            metrics = evaluate(model, optimizer, task, run_dir, state, lr, sum(running) / len(running))
+            bar.set_postfix(train=f"{sum(running) / len(running):.3f}", val=f"{metrics['val_loss']:.3f}")
+            running.clear()
+            if on_validate:
+                on_validate(state, metrics)
+    bar.close()
+    return state
+
+
+def to_device(model: nn.Module, device: str) -> None:
+    if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True  # TF32 tensor cores for fp32 matrix products (~1e-3 relative)
         torch.backends.cudnn.allow_tf32 = True
-    model.to(settings.device)
-    optimizer = make_optimizer(model, settings)
-    state = start or TrainState()
-    fresh_optimizer = True
-    if resume and (run_dir / "resume.pt").exists():
-        load_weights(model, run_dir / "last.safetensors")
-        saved = torch.load(run_dir / "resume.pt", weights_only=False)
-        if saved["optimizer"] is not None:  # None: weights brought back from another machine (scripts/gpu_train.py)
-            optimizer.load_state_dict(saved["optimizer"])
-            fresh_optimizer = False
-        state = TrainState(**saved["state"])
-        origin = origin or f"resumed {run_dir}"
-        log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)
-    (run_dir / "train_settings.json").write_text(json.dumps(asdict(settings), indent=2))
+    model.to(device)
+
+
+def resume_run(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, start: TrainState | None,
+               origin: str | None, resume: bool) -> tuple[TrainState, str | None, bool]:
+    """The run's state, its origin and whether the optimizer starts fresh: ``run_dir``'s checkpoint when it has
+    one (and ``resume``), else ``start`` (or zero) with the model's weights as given."""
+    if not (resume and (run_dir / "resume.pt").exists()):
+        return start or TrainState(), origin, True
+    load_weights(model, run_dir / "last.safetensors")
+    saved = torch.load(run_dir / "resume.pt", weights_only=False)
+    fresh_optimizer = saved["optimizer"] is None  # None: weights brought back from another machine (gpu_train.py)
+    if not fresh_optimizer:
+        optimizer.load_state_dict(saved["optimizer"])
+    state = TrainState(**saved["state"])
+    log.info("resumed %s at step %d (%.1f min elapsed)", run_dir, state.step, state.elapsed_s / 60)
+    return state, origin or f"resumed {run_dir}", fresh_optimizer
+
+
+def new_segment(state: TrainState, settings: TrainSettings, origin: str | None) -> dict[str, Any]:
+    """This call's entry in ``state.segments``; its minutes, steps and items are updated at each validation."""
     segment: dict[str, Any] = {
         "origin": origin or "scratch", "schedule": settings.schedule, "lr": settings.lr, "device": settings.device,
         "device_name": torch.cuda.get_device_name() if settings.device.startswith("cuda") else None,
@@ -218,59 +271,37 @@ def train(
         "minutes": 0.0, "steps": 0, "items": 0,
     }
     state.segments.append(segment)
+    return segment
 
+
+def update(model: ModelT, optimizer: torch.optim.Optimizer, task: Task[ModelT], batch: Any, lr: float,
+           grad_clip: float) -> tuple[float, int]:
+    """One optimizer step at rate ``lr`` (times each group's layer-wise scale); the loss and items it covered."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+    loss, n_items = task.loss(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item(), n_items
+
+
+def evaluate(model: ModelT, optimizer: torch.optim.Optimizer, task: Task[ModelT], run_dir: Path, state: TrainState,
+             lr: float, train_loss: float) -> dict[str, float]:
+    """Validate, append the history entry (with the rate and the mean training loss since the last one), keep
+    ``best`` and ``last`` and redraw the curve; the task's metrics."""
+    model.eval()
+    metrics = task.validate(model)
     model.train()
-    # Each segment draws its own order: with one seed for all, every resumed segment replayed the batches
-    # the earlier ones began with (session 9: the translator's validation loss 2.515 -> 2.603 in the first
-    # 200 steps of a resumed segment, its training loss 2.96 -> 2.63 on batches every segment began with).
-    batches = task.train_batches(settings.seed + len(state.segments) - 1)
-    budget_s = settings.minutes * 60
-    running, running_n = 0.0, 0
-    clock = training_clock(settings.device)
-    segment_start, first_step, first_items = clock(), state.step, state.items_seen
-    # A fresh optimizer (a packed or recovered run) warms the rate up again: at the full stable rate its
-    # first updates bumped the translator's validation loss 2.542 -> 2.671 (session 8, in a segment that
-    # also replayed its predecessors' first batches; see the batch order above).
-    warm_from = first_step if fresh_optimizer else 0
-    total_before = state.elapsed_s
-    bar = tqdm(total=int(budget_s), unit="s", desc=run_dir.name, mininterval=10)
-    segment_s = 0.0
-    while segment_s < budget_s and state.step < settings.max_steps:
-        lr = learning_rate(settings, state.step, segment_s, state.step - first_step, warm_from)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)
-        loss, n_items = task.loss(model, next(batches))
-        optimizer.zero_grad(set_to_none=True)
-        torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
-        nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
-        state.step += 1
-        state.items_seen += n_items
-        running, running_n = running + loss.item(), running_n + 1
-        now = clock() - segment_start
-        bar.update(int(now) - int(segment_s))
-        segment_s = now
-        state.elapsed_s = total_before + segment_s
-        last_step = segment_s >= budget_s or state.step >= settings.max_steps
-        if state.step % settings.eval_every == 0 or last_step:
-            model.eval()
-            metrics = task.validate(model)
-            model.train()
-            entry = {"step": state.step, "minutes": round(state.elapsed_s / 60, 2), "lr": lr,
-                     "train_loss": running / running_n, "items_seen": state.items_seen,
-                     "segment": len(state.segments) - 1, **metrics}
-            state.history.append(entry)
-            segment.update(minutes=round(segment_s / 60, 2), steps=state.step - first_step,
-                           items=state.items_seen - first_items)
-            running, running_n = 0.0, 0
-            bar.set_postfix(train=f"{entry['train_loss']:.3f}", val=f"{metrics['val_loss']:.3f}")
-            log.info("%s", json.dumps(entry))
-            if metrics["val_loss"] < state.best_val_loss:
-                state.best_val_loss = metrics["val_loss"]
-                save_checkpoint(run_dir, model, optimizer, state, "best")
-            save_checkpoint(run_dir, model, optimizer, state, "last")
-            plot_history(state.history, run_dir / "loss.png", run_dir.name)
-            if on_validate:
-                on_validate(state, metrics)
-    bar.close()
-    return state
+    entry = {"step": state.step, "minutes": round(state.elapsed_s / 60, 2), "lr": lr,
+             "train_loss": train_loss, "items_seen": state.items_seen,
+             "segment": len(state.segments) - 1, **metrics}
+    state.history.append(entry)
+    log.info("%s", json.dumps(entry))
+    if metrics["val_loss"] < state.best_val_loss:
+        state.best_val_loss = metrics["val_loss"]
+        save_checkpoint(run_dir, model, optimizer, state, "best")
+    save_checkpoint(run_dir, model, optimizer, state, "last")
+    plot_history(state.history, run_dir / "loss.png", run_dir.name)
+    return metrics
