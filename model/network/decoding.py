@@ -94,6 +94,31 @@ class _Finished:
 
 
 @torch.no_grad()
+def _survivors(beams: list[list[int]], beam_scores: Tensor, log_probs: Tensor, eos: int, finished: _Finished,
+               length: int) -> tuple[list[list[int]], list[float], list[int], list[int]]:
+    """The num_beams best continuations among the 2 * num_beams best candidates (beams, scores, tokens, the row
+    each came from); an end token ranked within the top num_beams finishes its hypothesis instead."""
+    num_beams = finished.num_beams
+    candidates = (beam_scores[:, None] + log_probs).view(-1)
+    top_scores, top_ids = _ranked(candidates, min(2 * num_beams, candidates.numel()))
+    next_beams, next_scores, next_tokens, sources = [], [], [], []
+    for rank, (score, flat_id) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=False)):
+        if score == float("-inf"):
+            break
+        source, token = divmod(flat_id, log_probs.shape[1])
+        if token == eos:
+            if rank < num_beams:
+                finished.add(beams[source], score, length)
+            continue
+        next_beams.append(beams[source] + [token])
+        next_scores.append(score)
+        next_tokens.append(token)
+        sources.append(source)
+        if len(next_beams) == num_beams:
+            break
+    return next_beams, next_scores, next_tokens, sources
+
+
 def beam_search(
     model: Translator,
     src_ids: Tensor,
@@ -132,27 +157,10 @@ def beam_search(
         src = beam_src_mask[:rows]
         logits, past, _, _ = model.decode(tokens[:rows], mask, positions, src, [(k[:rows], v[:rows]) for k, v in cross], past)
         log_probs = logits[:, -1].float().log_softmax(-1)  # [rows, V]
-        if no_repeat_ngram:
-            for b in range(rows):
-                for banned in banned_tokens(beams[b], no_repeat_ngram):
-                    log_probs[b, banned] = float("-inf")
-        candidates = (beam_scores[:, None] + log_probs).view(-1)
-        top_scores, top_ids = _ranked(candidates, min(2 * num_beams, candidates.numel()))
-        next_beams, next_scores, next_tokens, sources = [], [], [], []
-        for rank, (score, flat_id) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=False)):
-            if score == float("-inf"):
-                break
-            source, token = divmod(flat_id, log_probs.shape[1])
-            if token == eos:
-                if rank < num_beams:
-                    finished.add(beams[source], score, length)
-                continue
-            next_beams.append(beams[source] + [token])
-            next_scores.append(score)
-            next_tokens.append(token)
-            sources.append(source)
-            if len(next_beams) == num_beams:
-                break
+        for b in range(rows) if no_repeat_ngram else ():
+            for banned in banned_tokens(beams[b], no_repeat_ngram):
+                log_probs[b, banned] = float("-inf")
+        next_beams, next_scores, next_tokens, sources = _survivors(beams, beam_scores, log_probs, eos, finished, length)
         if length >= max_new_tokens:
             for beam, score in zip(next_beams, next_scores, strict=False):
                 finished.add(beam, score, length)
