@@ -123,13 +123,7 @@ class GraphSession:
         requested = requested_providers(options.device)
         # ORT reads external initializers from these buffers for the session's life: keep them referenced.
         self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
-        try:
-            self.session = ort.InferenceSession(
-                str(path), sess_options=self._session_options(options, spin, self._initializers), providers=requested
-            )
-        except Exception as exc:  # a corrupt or truncated file: one line that names it
-            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-            raise ArtifactError(f"{path}: ONNX Runtime cannot load this graph ({detail})") from None
+        self.session = self._open(path, options, spin, requested)
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
         # get_providers() is the truth.
         self.provider = self.session.get_providers()[0]
@@ -137,15 +131,11 @@ class GraphSession:
             log.warning("%s: CUDA was requested but the session runs on %s", self.name, self.provider)
         self.device = "cuda" if self.provider == CUDA else "cpu"
         busy_threads = options.busy_threads() if busy_session and self.device == "cpu" else None
-        busy_options = None if busy_threads is None else replace(options, intra_op_threads=busy_threads)
+        # The "busy" session: fewer threads, for runs that answer several requests at once (see above).
         self.busy_session = (
             None
-            if busy_options is None
-            else ort.InferenceSession(
-                str(path),
-                sess_options=self._session_options(busy_options, spin, self._initializers),
-                providers=[CPU],
-            )
+            if busy_threads is None
+            else self._open(path, replace(options, intra_op_threads=busy_threads), spin, [CPU])
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
         if self.quantization == "int8" and self.device == "cuda":
@@ -168,6 +158,15 @@ class GraphSession:
             self.quantization,
             self.io_binding,
         )
+
+    def _open(self, path: Path, options: RuntimeOptions, spin: bool, providers: list[str]) -> ort.InferenceSession:
+        try:
+            return ort.InferenceSession(
+                str(path), sess_options=self._session_options(options, spin, self._initializers), providers=providers
+            )
+        except Exception as exc:  # a corrupt or truncated file: one line that names it
+            detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise ArtifactError(f"{path}: ONNX Runtime cannot load this graph ({detail})") from None
 
     def _pick_file(self, spec: GraphSpec, quantization: str) -> tuple[Path, str]:
         if quantization == "int8":
