@@ -33,7 +33,7 @@ from service.api.errors import install_error_handlers
 from service.api.metrics import router as metrics_router
 from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
 from service.api.openai_errors import OpenAIErrorMiddleware
-from service.api.openapi import install_openapi
+from service.api.openapi import ServingApp
 from service.api.playground import install_playground
 from service.api.schemas import ErrorResponse
 from service.api.security_headers import SecurityHeadersMiddleware
@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             await asyncio.gather(warm, return_exceptions=True)
             await engine.stop()
 
-    app = FastAPI(
+    app = ServingApp(
         title="transformer-serving",
         version="0.1.0",
         description=DESCRIPTION,
@@ -120,7 +120,6 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.settings = settings
     app.state.inflight = InFlight()
     install_error_handlers(app)
-    install_openapi(app)
     _add_middleware(app, settings, metrics)
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
     for module in (translate, generate, completions, chat, classify, embeddings, tei, tgi, hf, models, tokenizer):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import cast
 
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -82,9 +83,10 @@ class TimeoutProtocol(HttpToolsProtocol):
     _body_timer: asyncio.TimerHandle | None = None
     _body_deadline: float | None = None  # loop time; set while a request's body is still arriving
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self.flow = self._send_flow = SendTimeoutFlow(transport, self.send_timeout_s)  # cycles take it from here
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)  # a stream server's transport (uvicorn's own annotation)
+        super().connection_made(stream)
+        self.flow = self._send_flow = SendTimeoutFlow(stream, self.send_timeout_s)  # cycles take it from here
         self._arm_header()
 
     def data_received(self, data: bytes) -> None:

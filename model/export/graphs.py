@@ -77,9 +77,7 @@ def _dims(config: TransformerConfig) -> dict[str, int]:
     dims = {"d_model": config.d_model, "n_heads": config.n_heads, "d_head": config.d_head, "d_ff": config.d_ff}
     if config.kv_heads != config.n_heads:
         dims["n_kv_heads"] = config.kv_heads
-    if isinstance(config, TranslatorConfig):
-        return dims | {"n_encoder_layers": config.n_encoder_layers, "n_decoder_layers": config.n_decoder_layers}
-    dims |= {"n_layers": config.n_layers}  # type: ignore[attr-defined]
+    dims |= {name: getattr(config, name) for name in config.depth_fields}
     if isinstance(config, ClassifierConfig) and config.type_vocab_size != 2:
         dims["n_token_types"] = config.type_vocab_size if has_token_type_input(config) else 0
     return dims

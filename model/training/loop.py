@@ -56,6 +56,10 @@ class _SavesConfig(Protocol):
     def save(self, path: Path) -> None: ...
 
 
+class _Layered(Protocol):
+    def layer_depth(self, name: str) -> tuple[int, int]: ...  # (the parameter's layer, the top layer)
+
+
 ModelT = TypeVar("ModelT", bound=nn.Module)
 ModelT_contra = TypeVar("ModelT_contra", bound=nn.Module, contravariant=True)
 
@@ -126,7 +130,7 @@ def make_optimizer(model: nn.Module, settings: TrainSettings) -> torch.optim.Opt
             continue
         scale = 1.0
         if settings.layer_decay != 1.0:
-            depth, top = model.layer_depth(name)  # type: ignore[operator]
+            depth, top = cast(_Layered, model).layer_depth(name)  # layer decay: a model that has layers
             scale = settings.layer_decay ** (top - depth)
         groups.setdefault((p.dim() >= 2, scale), []).append(p)
     # Decayed group first, then by falling scale: without layer decay, the two groups saved runs resume into.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -29,9 +29,11 @@ def _prompts(body: CompletionRequest) -> list[str | list[int]]:
     p = body.prompt
     if isinstance(p, str):
         return [p]
-    if all(isinstance(x, int) for x in p):
-        return [p]  # type: ignore[list-item]
-    return list(p)  # type: ignore[arg-type]
+    items: list[str | list[int] | int] = [*p]
+    ids = [x for x in items if isinstance(x, int)]
+    if len(ids) == len(items):  # one prompt of token ids
+        return [ids]
+    return [x for x in items if not isinstance(x, int)]
 
 
 def _job(body: CompletionRequest, model: str) -> GenerationJob:
@@ -211,7 +213,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
     )
 
 
-async def _echoed(body: CompletionRequest, prompt_ids: list[list[int]]) -> AsyncIterator[tuple[int, Any]]:
+async def _echoed(body: CompletionRequest, prompt_ids: list[list[int]]) -> AsyncGenerator[tuple[int, Any], None]:
     """The events of an echo-only (max_tokens 0) stream: each choice finishes at once."""
     for index, result in enumerate(_echo_only(prompt_ids, body.n)):
         yield index, result

@@ -15,7 +15,8 @@ T = TypeVar("T")
 
 
 async def get_engine(request: Request) -> Engine:  # async: a sync dependency runs on a worker thread
-    return request.app.state.engine  # type: ignore[no-any-return]
+    engine: Engine = request.app.state.engine
+    return engine
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]

@@ -61,9 +61,13 @@ class EmbeddingResponse(Response):
 def _inputs(body: EmbeddingRequest) -> tuple[list[EmbedInput], list[str]]:
     """The inputs and the request field of each: a lone text or id list is `input`, list items `input[i]`."""
     given = body.input
-    if isinstance(given, str) or all(isinstance(x, int) for x in given):
-        return [given], ["input"]  # type: ignore[list-item]
-    items: list[EmbedInput] = list(given)  # type: ignore[arg-type]
+    if isinstance(given, str):
+        return [given], ["input"]
+    listed: list[str | list[int] | int] = [*given]
+    ids = [x for x in listed if isinstance(x, int)]
+    if len(ids) == len(listed):  # one input of token ids
+        return [ids], ["input"]
+    items: list[EmbedInput] = [x for x in listed if not isinstance(x, int)]
     return items, [f"input[{i}]" for i in range(len(items))]
 
 

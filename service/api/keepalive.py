@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from starlette.types import Send
 
 KEEPALIVE = ": keep-alive\n\n"
 
 
-async def send_chunks(chunks: AsyncIterator[str], send: Send, interval_s: float) -> None:
+async def send_chunks(chunks: AsyncGenerator[str, None], send: Send, interval_s: float) -> None:
     """Send every chunk as an ASGI body message (more to come), and KEEPALIVE whenever the source has been
     silent for `interval_s` (0: never). The response's own task reads the source and sends: a reader task
     and a queue in between cost the event loop a second task wake-up per token. A comment is sent by a
@@ -62,4 +62,4 @@ async def send_chunks(chunks: AsyncIterator[str], send: Send, interval_s: float)
         if comment is not None:
             comment.cancel()
             await asyncio.gather(comment, return_exceptions=True)
-        await chunks.aclose()  # type: ignore[attr-defined]
+        await chunks.aclose()

@@ -3,7 +3,7 @@ and the stream (its chunks come from each route; errors in-band, then the end ma
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from service.api.errors import ENGINE_STATUS, log_internal_error
@@ -70,8 +70,8 @@ class StreamChunks(Protocol):
 
 
 async def openai_stream(
-    chunks: StreamChunks, events: AsyncIterator[tuple[int, Any]], where: str = "POST /v1/completions"
-) -> AsyncIterator[str]:
+    chunks: StreamChunks, events: AsyncGenerator[tuple[int, Any], None], where: str = "POST /v1/completions"
+) -> AsyncGenerator[str, None]:
     try:
         for chunk in chunks.start():
             yield chunk
@@ -89,4 +89,4 @@ async def openai_stream(
         yield sse(openai_error_body(500, "internal_error", "internal server error", None))
         yield sse("[DONE]")
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()

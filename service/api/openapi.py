@@ -196,14 +196,14 @@ def _pipeline_by_model(schema: dict[str, Any], engine: Engine) -> None:
     }  # fmt: skip
 
 
-def install_openapi(app: FastAPI) -> None:
-    build = app.openapi
+class ServingApp(FastAPI):
+    """FastAPI whose OpenAPI document also states the per-model request bodies of the dispatch routes and
+    each loaded model's limits."""
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()  # build() caches its result in app.openapi_schema
-            add_dispatch_bodies(schema)
-            add_model_limits(schema, app)
-        return app.openapi_schema  # type: ignore[return-value]
-
-    app.openapi = openapi  # type: ignore[method-assign]
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is not None:
+            return self.openapi_schema
+        schema = super().openapi()  # cached in self.openapi_schema: the additions below stay in it
+        add_dispatch_bodies(schema)
+        add_model_limits(schema, self)
+        return schema

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from functools import partial
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]  # typeshed omits the C encoder
 from typing import Any
 
 from fastapi import Request
@@ -51,8 +51,8 @@ def _large(event: Any) -> bool:
 
 
 async def _events(
-    first: Any, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer
-) -> AsyncIterator[str]:
+    first: Any, events: AsyncGenerator[Any, None], render: Callable[[Any], str], on_error: ErrorRenderer
+) -> AsyncGenerator[str, None]:
     try:
         yield await off_loop(render_with_maps, partial(render, first)) if _large(first) else render(first)
         async for event in events:  # no coroutine per event: a token is rendered right here
@@ -63,11 +63,14 @@ async def _events(
         log_internal_error(exc, "event stream")
         yield on_error("internal_error", "internal server error", None)
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
 
 
 async def event_stream(
-    request: Request, events: AsyncIterator[Any], render: Callable[[Any], str], on_error: ErrorRenderer = error_event
+    request: Request,
+    events: AsyncGenerator[Any, None],
+    render: Callable[[Any], str],
+    on_error: ErrorRenderer = error_event,
 ) -> StreamingResponse:
     """Wait for the first event before answering 200, so queueing and prefill errors get a real status;
     then stream every event rendered by `render`, and an `error` event if the engine fails mid-way."""
@@ -78,16 +81,16 @@ async def event_stream(
 class EventStreamResponse(StreamingResponse):
     """StreamingResponse with keep-alive comments sent beside the chunks (service/api/keepalive.py)."""
 
-    def __init__(self, chunks: AsyncIterator[str], keepalive_s: float) -> None:
+    def __init__(self, chunks: AsyncGenerator[str, None], keepalive_s: float) -> None:
         super().__init__(chunks, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.keepalive_s = keepalive_s
+        self.chunks, self.keepalive_s = chunks, keepalive_s
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        await send_chunks(self.body_iterator, send, self.keepalive_s)  # type: ignore[arg-type]
+        await send_chunks(self.chunks, send, self.keepalive_s)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def streaming_response(request: Request, chunks: AsyncIterator[str]) -> StreamingResponse:
+def streaming_response(request: Request, chunks: AsyncGenerator[str, None]) -> StreamingResponse:
     """The event-stream response of every streaming route, with keep-alive comments (SERVE_SSE_KEEPALIVE_S)."""
     return EventStreamResponse(chunks, request.app.state.settings.sse_keepalive_s)

@@ -3,7 +3,7 @@ default generator, and the same answer for the Inference API's text-generation (
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -85,7 +85,7 @@ async def _tgi_stream(engine: Engine, generator: GenerationService, body: TgiReq
     p = body.parameters
     handle = await _submit(engine, generator, body)
     (ids,) = handle.prompt_ids
-    events: AsyncIterator[TokenEvent | GenerationResult] = handle.events()
+    events: AsyncGenerator[TokenEvent | GenerationResult, None] = handle.events()
     held: list[TokenEvent] = []  # one token is held back: the last one goes out with the text and details
 
     def render(event: TokenEvent | GenerationResult) -> str:

@@ -34,7 +34,8 @@ def tokenizer_slots(app: Starlette) -> WorkerSlots:
     state = app.state
     if getattr(state, "tokenizer_slots", None) is None:
         state.tokenizer_slots = WorkerSlots(TOKENIZER_WORKERS, TOKENIZER_WAITING, "tokenizer work")
-    return state.tokenizer_slots  # type: ignore[no-any-return]
+    slots: WorkerSlots = state.tokenizer_slots
+    return slots
 
 
 class JSONBytes(HttpResponse):

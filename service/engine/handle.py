@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from service.engine.errors import EngineError, RequestTimeout
@@ -74,16 +74,16 @@ class Handle(Generic[E, R]):
                 timer.cancel()
             self.cancel()
 
-    def indexed_events(self) -> AsyncIterator[tuple[int, E | R]]:
+    def indexed_events(self) -> AsyncGenerator[tuple[int, E | R], None]:
         """(sequence index, event) for every sequence, as they come; each sequence ends with its result."""
         return self._each(lambda index, event: (index, event))
 
-    def events(self) -> AsyncIterator[E | R]:
+    def events(self) -> AsyncGenerator[E | R, None]:
         """The events of a one-sequence request, its result last."""
         assert len(self.sequences) == 1, "events() is for one sequence; use indexed_events()"
         return self._each(lambda _, event: event)
 
-    async def _each(self, pick: Callable[[int, Any], T]) -> AsyncIterator[T]:
+    async def _each(self, pick: Callable[[int, Any], T]) -> AsyncGenerator[T, None]:
         items = self._items()
         try:
             async for index, event, _ in items:
