@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import torch
-from chat_templates import CHATML
-from hf_checkpoints import SIZES, byte_level_bpe, perturb
+
+from tests.chat_templates import CHATML
+from tests.hf_checkpoints import SIZES, byte_level_bpe, perturb, token_id
 
 NAME = "chat"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -29,7 +30,7 @@ def build_chat_checkpoint(name: str, folder: Path) -> Path:
     config = json.loads(config_path.read_text())
     config["chat_template"] = CHATML  # where most Hub checkpoints keep it
     config_path.write_text(json.dumps(config, indent=2))
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
+    ids = {t: token_id(tokenizer, t) for t in SPECIALS}
     gpt2 = GPT2Config(vocab_size=len(tokenizer), n_positions=SIZES["positions"] * 2, n_embd=SIZES["d_model"],
                       n_layer=SIZES["layers"], n_head=SIZES["heads"], bos_token_id=ids["<|endoftext|>"],
                       eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"])

@@ -45,7 +45,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _model_source_hash() -> str:
-    """Of everything a tiny export depends on: model/ (model/export/tiny.py included) and contract/ (golden records too)."""
+    """Of everything a tiny export depends on: model/ (model/export/tiny.py included) and contract/ (golden
+    records too)."""
     digest = hashlib.sha256()
     sources = [*(REPO / "model").rglob("*.py"), *(REPO / "contract").rglob("*.py")]
     for path in sorted(sources):

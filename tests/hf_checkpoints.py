@@ -10,10 +10,14 @@ logits bias are all distinct and a wrong mapping cannot hide behind ones and zer
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import BertConfig, PreTrainedTokenizerBase
 
 CORPUS = [
     "In the beginning God created the heavens and the earth.",
@@ -37,6 +41,13 @@ def perturb(model: torch.nn.Module, keep: str = "", seed: int = 0) -> None:
                 tensor.add_(torch.randn(tensor.shape, generator=generator) * 0.05)
 
 
+def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    """The id of one token (``convert_tokens_to_ids`` is typed for a list of tokens too)."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(found, int), (token, found)
+    return found
+
+
 def byte_level_bpe(folder: Path, specials: list[str], vocab_size: int = 300) -> None:
     from tokenizers import ByteLevelBPETokenizer
 
@@ -58,7 +69,7 @@ def build_bert(folder: Path) -> None:
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=SIZES["d_model"],
                         num_attention_heads=SIZES["heads"], intermediate_size=SIZES["ffn"],
                         num_hidden_layers=SIZES["layers"], max_position_embeddings=SIZES["positions"],
-                        num_labels=3, id2label={0: "negative", 1: "neutral", 2: "positive"},
+                        id2label={0: "negative", 1: "neutral", 2: "positive"},
                         label2id={"negative": 0, "neutral": 1, "positive": 2})
     model = BertForSequenceClassification(config)
     perturb(model)
@@ -71,7 +82,7 @@ def build_gpt2(folder: Path) -> None:
     byte_level_bpe(folder, ["<|endoftext|>"])
     tokenizer = GPT2Tokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
     tokenizer.save_pretrained(str(folder))
-    eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    eos = token_id(tokenizer, "<|endoftext|>")
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=SIZES["positions"], n_embd=SIZES["d_model"],
                         n_layer=SIZES["layers"], n_head=SIZES["heads"], bos_token_id=eos, eos_token_id=eos)
     model = GPT2LMHeadModel(config)
@@ -84,8 +95,8 @@ def build_marian(folder: Path) -> None:
     from transformers import MarianConfig, MarianMTModel
 
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(CORPUS), model_prefix=str(folder / "spm"), vocab_size=100, model_type="unigram", hard_vocab_limit=False,
-        eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, minloglevel=2,
+        sentence_iterator=iter(CORPUS), model_prefix=str(folder / "spm"), vocab_size=100, model_type="unigram",
+        hard_vocab_limit=False, eos_id=0, unk_id=1, bos_id=-1, pad_id=-1, minloglevel=2,
     )
     model_file = (folder / "spm.model").read_bytes()
     for name in ("source.spm", "target.spm"):
@@ -116,13 +127,13 @@ def build_bart(folder: Path) -> None:
     byte_level_bpe(folder, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     tokenizer = BartTokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
     tokenizer.save_pretrained(str(folder))
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>")}
+    ids = {t: token_id(tokenizer, t) for t in ("<s>", "<pad>", "</s>")}
     config = BartConfig(vocab_size=len(tokenizer), d_model=SIZES["d_model"], encoder_layers=SIZES["layers"],
                         decoder_layers=SIZES["layers"], encoder_attention_heads=SIZES["heads"],
                         decoder_attention_heads=SIZES["heads"], encoder_ffn_dim=SIZES["ffn"],
                         decoder_ffn_dim=SIZES["ffn"], max_position_embeddings=SIZES["positions"],
                         bos_token_id=ids["<s>"], pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
-                        decoder_start_token_id=ids["</s>"], forced_bos_token_id=None, forced_eos_token_id=None)
+                        decoder_start_token_id=ids["</s>"], forced_eos_token_id=None)
     model = BartForConditionalGeneration(config)
     perturb(model)
     with torch.no_grad():
@@ -168,7 +179,7 @@ def encoder_sizes() -> EncoderSizes:
             "intermediate_size": SIZES["ffn"], "num_hidden_layers": SIZES["layers"]}
 
 
-def roberta_tokenizer(folder: Path) -> object:
+def roberta_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
     from transformers import RobertaTokenizerFast
 
     byte_level_bpe(folder, ROBERTA_SPECIALS)
@@ -181,8 +192,8 @@ def build_roberta(folder: Path, head: bool = True) -> None:
     from transformers import RobertaConfig, RobertaForSequenceClassification, RobertaModel
 
     tokenizer = roberta_tokenizer(folder)
-    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,  # type: ignore[arg-type]
-                           pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, num_labels=2,
+    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
                            id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
                            **encoder_sizes())
     model = RobertaForSequenceClassification(config) if head else RobertaModel(config)
@@ -190,7 +201,7 @@ def build_roberta(folder: Path, head: bool = True) -> None:
     model.save_pretrained(str(folder))
 
 
-def unigram_tokenizer_json(folder: Path) -> object:
+def unigram_tokenizer_json(folder: Path) -> PreTrainedTokenizerBase:
     """An XLM-R-shaped SentencePiece Unigram tokenizer built with the tokenizers library (no download)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import XLMRobertaTokenizer
@@ -214,8 +225,8 @@ def build_xlm_roberta(folder: Path) -> None:
     from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
 
     tokenizer = unigram_tokenizer_json(folder)
-    config = XLMRobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,  # type: ignore[arg-type]
-                              pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, num_labels=3,
+    config = XLMRobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=SIZES["positions"] + 2,
+                              pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
                               id2label={0: "negative", 1: "neutral", 2: "positive"},
                               label2id={"negative": 0, "neutral": 1, "positive": 2}, **encoder_sizes())
     model = XLMRobertaForSequenceClassification(config)
@@ -223,43 +234,43 @@ def build_xlm_roberta(folder: Path) -> None:
     model.save_pretrained(str(folder))
 
 
-def wordpiece_tokenizer(folder: Path, fast_class: str) -> object:
-    import transformers
+def wordpiece_tokenizer(folder: Path, tokenizer_class: type[PreTrainedTokenizerBase]) -> PreTrainedTokenizerBase:
     from tokenizers import BertWordPieceTokenizer
 
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(CORPUS, vocab_size=200, show_progress=False)
     wordpiece.save_model(str(folder))  # vocab.txt
-    tokenizer = getattr(transformers, fast_class).from_pretrained(str(folder))
+    tokenizer: PreTrainedTokenizerBase = tokenizer_class.from_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return tokenizer
 
 
 def build_distilbert(folder: Path) -> None:
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification, DistilBertTokenizerFast
 
-    tokenizer = wordpiece_tokenizer(folder, "DistilBertTokenizerFast")
-    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=SIZES["d_model"], n_heads=SIZES["heads"],  # type: ignore[attr-defined]
+    tokenizer = wordpiece_tokenizer(folder, DistilBertTokenizerFast)
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=SIZES["d_model"], n_heads=SIZES["heads"],
                               hidden_dim=SIZES["ffn"], n_layers=SIZES["layers"],
-                              max_position_embeddings=SIZES["positions"], num_labels=2,
+                              max_position_embeddings=SIZES["positions"],
                               id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1})
     model = DistilBertForSequenceClassification(config)
     perturb(model)
     model.save_pretrained(str(folder))
 
 
-def bert_config(tokenizer: object, **extra: int) -> object:
+def bert_config(tokenizer: PreTrainedTokenizerBase) -> BertConfig:
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SIZES["positions"],  # type: ignore[attr-defined]
-                      **encoder_sizes(), **extra)
+    return BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SIZES["positions"], **encoder_sizes())
 
 
 def build_cross_encoder(folder: Path) -> None:
-    from transformers import BertForSequenceClassification
+    from transformers import BertForSequenceClassification, BertTokenizer
 
-    tokenizer = wordpiece_tokenizer(folder, "BertTokenizerFast")
-    model = BertForSequenceClassification(bert_config(tokenizer, num_labels=1))  # type: ignore[arg-type]
+    tokenizer = wordpiece_tokenizer(folder, BertTokenizer)
+    config = bert_config(tokenizer)
+    config.num_labels = 1  # a relevance score
+    model = BertForSequenceClassification(config)
     perturb(model)
     model.save_pretrained(str(folder))
 
@@ -269,10 +280,10 @@ SENTENCE_TRANSFORMER_MAX_LENGTH = 32
 
 def build_sentence_transformer(folder: Path) -> None:
     """A BertModel in the folder's root with sentence-transformers' module files written by hand."""
-    from transformers import BertModel
+    from transformers import BertModel, BertTokenizer
 
-    tokenizer = wordpiece_tokenizer(folder, "BertTokenizerFast")
-    model = BertModel(bert_config(tokenizer))  # type: ignore[arg-type]
+    tokenizer = wordpiece_tokenizer(folder, BertTokenizer)
+    model = BertModel(bert_config(tokenizer))
     perturb(model)
     model.save_pretrained(str(folder))
     modules = [
@@ -290,7 +301,7 @@ def build_sentence_transformer(folder: Path) -> None:
         {"max_seq_length": SENTENCE_TRANSFORMER_MAX_LENGTH, "do_lower_case": False}))
 
 
-ENCODER_BUILDERS = {
+ENCODER_BUILDERS: dict[str, Callable[[Path], None]] = {
     "roberta": build_roberta, "xlm-roberta": build_xlm_roberta, "distilbert": build_distilbert,
     "cross-encoder": build_cross_encoder, "sentence-transformer": build_sentence_transformer,
     "roberta-base": lambda folder: build_roberta(folder, head=False),
@@ -324,7 +335,7 @@ LLAMA_GENERATION = {"eos_token_id": [1, 2], "bos_token_id": 0, "do_sample": True
                     "top_k": 20, "repetition_penalty": 1.05, "max_new_tokens": 12}
 
 
-def llama_tokenizer(folder: Path) -> object:
+def llama_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
     """A byte-level BPE tokenizer.json that starts every encoding with <s>, as Llama's does."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -350,7 +361,7 @@ def build_decoder(name: str, folder: Path) -> Path:
     tokenizer = llama_tokenizer(folder)
     config_class, options = DECODER_CHECKPOINTS[name]
     config = getattr(transformers, config_class)(
-        vocab_size=len(tokenizer), hidden_size=SIZES["d_model"], num_attention_heads=SIZES["heads"],  # type: ignore[arg-type]
+        vocab_size=len(tokenizer), hidden_size=SIZES["d_model"], num_attention_heads=SIZES["heads"],
         intermediate_size=SIZES["ffn"], num_hidden_layers=SIZES["layers"], max_position_embeddings=SIZES["positions"],
         bos_token_id=0, eos_token_id=1, pad_token_id=None, rms_norm_eps=1e-5, **options)
     model = transformers.AutoModelForCausalLM.from_config(config)
@@ -375,12 +386,14 @@ def build_m2m100(folder: Path) -> None:
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+                                  show_progress=False)
     bpe.train_from_iterator(CORPUS, trainer)
     bpe.add_special_tokens(M2M_LANGUAGES)
     ids = {t: bpe.token_to_id(t) for t in ("<s>", "<pad>", "</s>", "__en__")}
     bpe.post_processor = processors.TemplateProcessing(
-        single="__en__ $A </s>", pair="__en__ $A $B </s>", special_tokens=[("__en__", ids["__en__"]), ("</s>", ids["</s>"])])
+        single="__en__ $A </s>", pair="__en__ $A $B </s>",
+        special_tokens=[("__en__", ids["__en__"]), ("</s>", ids["</s>"])])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
                                         unk_token="<unk>", additional_special_tokens=M2M_LANGUAGES)
     tokenizer.save_pretrained(str(folder))
@@ -389,7 +402,7 @@ def build_m2m100(folder: Path) -> None:
                           decoder_attention_heads=SIZES["heads"], encoder_ffn_dim=SIZES["ffn"],
                           decoder_ffn_dim=SIZES["ffn"], max_position_embeddings=SIZES["positions"],
                           bos_token_id=ids["<s>"], pad_token_id=ids["<pad>"], eos_token_id=ids["</s>"],
-                          decoder_start_token_id=ids["</s>"], forced_bos_token_id=None)
+                          decoder_start_token_id=ids["</s>"])  # the forced BOS is in generation_config.json
     model = M2M100ForConditionalGeneration(config)
     perturb(model)
     model.save_pretrained(str(folder))
@@ -399,7 +412,7 @@ def build_m2m100(folder: Path) -> None:
         "num_beams": 5, "early_stopping": True}))
 
 
-SEQ2SEQ_CHECKPOINTS = {"m2m_100": build_m2m100}
+SEQ2SEQ_CHECKPOINTS: dict[str, Callable[[Path], None]] = {"m2m_100": build_m2m100}
 
 
 def build_seq2seq(name: str, folder: Path) -> Path:
@@ -422,7 +435,8 @@ def t5_tokenizer(folder: Path) -> dict[str, int]:
     unigram.train_from_iterator([*CORPUS, "translate English to French: "], trainer)
     unigram.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
                                                            special_tokens=[("</s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=unigram, eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>")
     tokenizer.save_pretrained(str(folder))
     return {"pad": 0, "eos": 1, "vocab": unigram.get_vocab_size()}
 
@@ -433,12 +447,16 @@ def build_t5(folder: Path, gated: bool) -> None:
     from transformers import T5Config, T5ForConditionalGeneration
 
     ids = t5_tokenizer(folder)
+    # Options T5Config reads from its **kwargs (tie_word_embeddings sets how decoder outputs are scaled) but
+    # leaves out of its typed signature.
+    options: dict[str, Any] = {
+        "tie_word_embeddings": not gated, "decoder_start_token_id": ids["pad"],
+        "task_specific_params": {"translation_en_to_fr": {"prefix": "translate English to French: "}}}
     config = T5Config(vocab_size=ids["vocab"], d_model=SIZES["d_model"], d_kv=SIZES["d_model"] // SIZES["heads"],
                       d_ff=SIZES["ffn"], num_layers=SIZES["layers"], num_decoder_layers=SIZES["layers"],
                       num_heads=SIZES["heads"], relative_attention_num_buckets=8, relative_attention_max_distance=20,
-                      feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=not gated,
-                      pad_token_id=ids["pad"], eos_token_id=ids["eos"], decoder_start_token_id=ids["pad"],
-                      task_specific_params={"translation_en_to_fr": {"prefix": "translate English to French: "}})
+                      feed_forward_proj="gated-gelu" if gated else "relu", pad_token_id=ids["pad"],
+                      eos_token_id=ids["eos"], **options)
     model = T5ForConditionalGeneration(config)
     # Larger noise than perturb's, and position biases that dominate the scores: a tiny T5 otherwise repeats
     # one token, and a wrong relative position would go unseen in what it generates.

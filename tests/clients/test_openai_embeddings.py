@@ -53,7 +53,7 @@ def test_sdk_errors(client: openai.OpenAI) -> None:
 
 def test_langchain_embeddings(encoder_server: Server) -> None:
     embeddings = OpenAIEmbeddings(
-        model="embedder", base_url=f"{encoder_server.url}/v1", api_key=SecretStr("unused"),
+        model="embedder", openai_api_base=f"{encoder_server.url}/v1", openai_api_key=SecretStr("unused"),
         check_embedding_ctx_length=False,
         max_retries=0,
     )  # fmt: skip

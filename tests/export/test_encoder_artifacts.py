@@ -37,14 +37,16 @@ def batch(vocab: int, with_types: bool = True) -> dict[str, np.ndarray]:
 
 def run(folder: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
     session = ort.InferenceSession(str(folder / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]  # type: ignore[no-any-return]
+    output: np.ndarray = session.run(None, feeds)[0]
+    return output
 
 
 def torch_output(model: torch.nn.Module, feeds: dict[str, np.ndarray]) -> np.ndarray:
     types = torch.from_numpy(feeds["token_type_ids"]) if "token_type_ids" in feeds else None
     with torch.no_grad():
         out, _ = model(torch.from_numpy(feeds["input_ids"]), types, torch.from_numpy(feeds["attention_mask"]))
-    return out.numpy()  # type: ignore[no-any-return]
+    output: np.ndarray = out.numpy()
+    return output
 
 
 @pytest.mark.parametrize("name", ["embedder", "reranker"])

@@ -1,4 +1,5 @@
-"""model/export/int8.py: int8 variants added after export (the Dockerfile's int8 stage), with onnx and ONNX Runtime alone."""
+"""model/export/int8.py: int8 variants added after export (the Dockerfile's int8 stage), with onnx and ONNX
+Runtime alone."""
 
 from __future__ import annotations
 

@@ -88,7 +88,8 @@ def test_generator_parity_prefill_and_decode(tiny: dict[str, Exported]) -> None:
         out = exported.run("decoder", {"input_ids": tokens, "attention_mask": mask, "position_ids": positions,
                                        **kv_feeds("past_key_values", past)})
         with torch.no_grad():
-            ref_logits, torch_past, _ = model(torch_ids, torch.from_numpy(mask), torch.from_numpy(positions), torch_past)
+            ref_logits, torch_past, _ = model(torch_ids, torch.from_numpy(mask), torch.from_numpy(positions),
+                                              torch_past)
         real = mask[:, -tokens.shape[1] :].astype(bool)  # compare real positions only
         assert np.abs(out["logits"][real] - ref_logits.numpy()[real]).max() <= ATOL, f"step {step}"
         next_ort = out["logits"][:, -1].argmax(-1)
@@ -103,8 +104,8 @@ def test_generator_parity_prefill_and_decode(tiny: dict[str, Exported]) -> None:
     # Cached vs uncached in ORT: recompute the whole sequence with an empty past, same tokens.
     full_ids = np.concatenate([ids, np.stack(ort_tokens[:-1], axis=1)], axis=1)
     full_mask = mask[:, :-1]
-    out = exported.run("decoder", {"input_ids": full_ids, "attention_mask": full_mask,
-                                   "position_ids": positions_from_mask(torch.from_numpy(full_mask), full_ids.shape[1]).numpy(),
+    full_positions = positions_from_mask(torch.from_numpy(full_mask), full_ids.shape[1]).numpy()
+    out = exported.run("decoder", {"input_ids": full_ids, "attention_mask": full_mask, "position_ids": full_positions,
                                    **kv_feeds("past_key_values", empty)})
     recomputed = out["logits"][:, ids.shape[1] - 1 :].argmax(-1)
     assert np.array_equal(recomputed.T, np.stack(ort_tokens))
@@ -119,7 +120,8 @@ def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
     model, L = exported.model.eval(), exported.config["dims"]["n_layers"]
     ids, mask = left_padded_prompts(exported.config["vocab_size"])
     positions = positions_from_mask(torch.from_numpy(mask), ids.shape[1]).numpy()
-    empty = [np.zeros((3, exported.config["dims"]["n_heads"], 0, exported.config["dims"]["d_head"]), np.float32)] * (2 * L)
+    dims = exported.config["dims"]
+    empty = [np.zeros((3, dims["n_heads"], 0, dims["d_head"]), np.float32)] * (2 * L)
     prompt = {"input_ids": ids[:, :-2], "attention_mask": mask[:, :-2], "position_ids": positions[:, :-2],
               **kv_feeds("past_key_values", empty)}
     past = presents(exported.run("decoder", prompt), L)
@@ -128,8 +130,8 @@ def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
     for feeds in (prompt, cached):
         S = feeds["input_ids"].shape[1]
         full = exported.run("decoder", feeds)
-        torch_past = [(torch.from_numpy(feeds[f"past_key_values.{i}.key"]), torch.from_numpy(feeds[f"past_key_values.{i}.value"]))
-                      for i in range(L)]
+        torch_past = [(torch.from_numpy(feeds[f"past_key_values.{i}.key"]),
+                       torch.from_numpy(feeds[f"past_key_values.{i}.value"])) for i in range(L)]
         for keep in (0, 1, 2, S, S + 3):
             out = exported.run("decoder", feeds | {"logits_to_keep": np.array(keep, dtype=np.int64)})
             kept = S if keep == 0 else min(keep, S)
@@ -137,8 +139,8 @@ def test_generator_logits_to_keep(tiny: dict[str, Exported]) -> None:
             assert np.abs(out["logits"] - full["logits"][:, S - kept :]).max() <= 1e-5, (S, keep)
             assert all(np.array_equal(out[n], full[n]) for n in full if n.startswith("present.")), (S, keep)
             with torch.no_grad():
-                ref, _, _ = model(*(torch.from_numpy(feeds[n]) for n in ("input_ids", "attention_mask", "position_ids")),
-                                  torch_past, torch.tensor(keep))
+                inputs = (torch.from_numpy(feeds[n]) for n in ("input_ids", "attention_mask", "position_ids"))
+                ref, _, _ = model(*inputs, torch_past, torch.tensor(keep))
             assert ref.shape == out["logits"].shape
             real = feeds["attention_mask"][:, -kept:].astype(bool)
             assert np.abs(out["logits"][real] - ref.numpy()[real]).max() <= ATOL, (S, keep)

@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer
 
 from model.importing import hf_parity
-from model.importing.hf_import import CheckpointError, import_checkpoint, read_hf_config
+from model.importing.hf_import import CheckpointError, Imported, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.importing.sentence_transformers_folder import read_sentence_transformer
 from model.network.embedder import Embedder
@@ -29,7 +29,7 @@ EMBEDDERS = [name for name, task in ENCODER_CHECKPOINTS.items() if task == "embe
 CLASSIFIERS = [name for name, task in ENCODER_CHECKPOINTS.items() if task == "classification"]
 
 
-def imported(checkpoints: Path, name: str) -> tuple[object, str, dict[str, torch.Tensor], torch.Tensor]:
+def imported(checkpoints: Path, name: str) -> tuple[Imported, str, dict[str, torch.Tensor], torch.Tensor]:
     """Our model imported from checkpoint ``name``, its family, a padded batch and the real positions."""
     folder = checkpoints / name
     embedding = read_sentence_transformer(folder).options if (folder / "modules.json").is_file() else None
@@ -45,13 +45,13 @@ def imported(checkpoints: Path, name: str) -> tuple[object, str, dict[str, torch
 @pytest.mark.parametrize("name", list(ENCODER_CHECKPOINTS))
 def test_pytorch_port_matches_transformers(hf_encoder_imports: Path, name: str) -> None:
     result, family, inputs, keep = imported(hf_encoder_imports / "checkpoints", name)
-    headless = result.kind == "embedder"  # type: ignore[attr-defined]
+    headless = result.kind == "embedder"
     reference = hf_parity.load_hf_model(hf_encoder_imports / "checkpoints" / name, family, has_head=not headless)
-    ours = hf_parity.ours_logits(result.model, family, inputs)  # type: ignore[attr-defined]
+    ours = hf_parity.ours_logits(result.model, family, inputs)
     theirs = hf_parity.hf_logits(reference, family, inputs)
     assert ours.shape == theirs.shape
     assert hf_parity.max_abs_diff(ours, theirs, keep) < 1e-5
-    assert result.kind == ("embedder" if ENCODER_CHECKPOINTS[name] == "embedding" else "classifier")  # type: ignore[attr-defined]
+    assert result.kind == ("embedder" if ENCODER_CHECKPOINTS[name] == "embedding" else "classifier")
 
 
 @pytest.mark.parametrize("name", list(ENCODER_CHECKPOINTS))
@@ -59,7 +59,7 @@ def test_exported_graph_matches_transformers(hf_encoder_imports: Path, name: str
     """Logits, or for an embedder the graph's pooled vector against transformers' hidden states mean-pooled."""
     result, family, inputs, keep = imported(hf_encoder_imports / "checkpoints", name)
     artifact = hf_encoder_imports / "artifacts" / name
-    headless = isinstance(result.model, Embedder)  # type: ignore[attr-defined]
+    headless = isinstance(result.model, Embedder)
     reference = hf_parity.fp16_rounded(  # the graph stores fp16 weights: compare on the same rounding
         hf_parity.load_hf_model(hf_encoder_imports / "checkpoints" / name, family, has_head=not headless))
     if headless:

@@ -209,7 +209,8 @@ def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) 
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     train(Linear(), CountingTask(), tmp_path / "earlier", settings)
-    Tokenizer(models.WordLevel({"stable": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(tmp_path / "earlier" / "tokenizer.json"))
+    earlier = Tokenizer(models.WordLevel({"stable": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    earlier.save(str(tmp_path / "earlier" / "tokenizer.json"))
     artifact = tmp_path / "artifacts" / "translator"
     pack_run(tmp_path / "earlier", artifact / "stable.safetensors")
     (artifact / "card.json").write_text("{}")  # a card whose graphs would be recovered: not reached

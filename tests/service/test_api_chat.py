@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from model.importing import hf_parity
+from tests.service.hf_reference import generate, reference
 
 USER = [{"role": "user", "content": "Where is the train station?"}]
 BASE = {"model": "chat", "messages": USER, "max_tokens": 6, "seed": 3}
@@ -60,10 +60,9 @@ async def test_the_engine_gets_apply_chat_templates_prompt(chat: Any, chat_impor
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["prompt_tokens"] == len(expected)
     choice = r.json()["choices"][0]
-    model = hf_parity.fp16_rounded(hf_parity.load_hf_model(chat_import / "checkpoints" / "chat", "gpt2"))
+    model = reference(chat_import, "chat")  # a GPT-2
     ids = torch.tensor([expected])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,
-                         pad_token_id=model.config.pad_token_id)
+    out = generate(model, ids, do_sample=False, max_new_tokens=6, pad_token_id=model.config.pad_token_id)
     generated = out[0, ids.shape[1]:].tolist()
     eos = model.config.eos_token_id
     generated = generated[: generated.index(eos)] if eos in generated else generated

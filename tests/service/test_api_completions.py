@@ -99,14 +99,15 @@ async def test_openai_errors(served) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = await served.client.post("/v1/generate", json={"prompt": "x", "frobnicate": 1})
     assert set(r.json()["error"]) >= {"type", "message", "field"} and "param" not in r.json()["error"]
-    for bad, field in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"best_of": 3}, "best_of"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"n": 0}, "n"),
         ({"suffix": "x"}, "suffix"),
         ({"temperature": 3}, "temperature"),
         ({"stop": ["a"] * 5}, "stop"),
-    ]:
+    ]
+    for bad, field in cases:
         r = await served.client.post("/v1/completions", json={**BASE, **bad})
         assert r.status_code == 422, bad
         assert r.json()["error"]["param"] == field

@@ -7,7 +7,9 @@ import asyncio
 import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -32,14 +34,15 @@ def ids_of(s: Served, text: str) -> list[int]:
 async def embed(s: Served, inputs: object, **options: object) -> list[list[float]]:
     r = await s.client.post("/embed", json={"inputs": inputs, **options})
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    vectors: list[list[float]] = r.json()
+    return vectors
 
 
-def openai_error(r: object, status: int) -> dict:
-    assert r.status_code == status, r.text  # type: ignore[attr-defined]
-    error = r.json()["error"]  # type: ignore[attr-defined]
+def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    error: dict[str, Any] = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    return error  # type: ignore[no-any-return]
+    return error
 
 
 # --- OpenAI /v1/embeddings ------------------------------------------------------------------------
@@ -73,7 +76,8 @@ async def test_openai_base64_is_little_endian_float32(encoders: Served) -> None:
 
 
 async def test_openai_token_ids_equal_the_text(encoders: Served) -> None:
-    text_vectors = [d["embedding"] for d in (await encoders.client.post("/v1/embeddings", json={"input": TEXTS[:2]})).json()["data"]]
+    texts = await encoders.client.post("/v1/embeddings", json={"input": TEXTS[:2]})
+    text_vectors = [d["embedding"] for d in texts.json()["data"]]
     single = await encoders.client.post("/v1/embeddings", json={"input": ids_of(encoders, TEXTS[0])})
     assert single.status_code == 200, single.text
     np.testing.assert_allclose(single.json()["data"][0]["embedding"], text_vectors[0], atol=1e-6)
@@ -86,7 +90,9 @@ async def test_openai_dimensions(encoders: Served) -> None:
     full = await encoders.client.post("/v1/embeddings", json={"input": "hi", "dimensions": 32})
     assert full.status_code == 200 and len(full.json()["data"][0]["embedding"]) == 32
     fewer = await encoders.client.post("/v1/embeddings", json={"input": "hi", "dimensions": 8})
-    if encoders.engine.embedder.artifact.dimensions_truncatable:  # type: ignore[union-attr]
+    embedder = encoders.engine.embedder
+    assert embedder is not None
+    if embedder.artifact.dimensions_truncatable:
         vector = np.array(fewer.json()["data"][0]["embedding"])
         assert len(vector) == 8 and abs(np.linalg.norm(vector) - 1) < 1e-5  # renormalised
     else:
@@ -141,12 +147,12 @@ async def test_v1_models_lists_the_encoders(encoders: Served) -> None:
 # --- TEI /embed, /rerank, /info ---------------------------------------------------------------------
 
 
-def tei_error(r: object, field: str) -> dict:
-    assert r.status_code == 422, r.text  # type: ignore[attr-defined]
-    error = r.json()  # type: ignore[attr-defined]
+def tei_error(r: httpx.Response, field: str) -> dict[str, Any]:
+    assert r.status_code == 422, r.text
+    error: dict[str, Any] = r.json()
     assert error["error_type"] == "Validation" and error["field"] == field, error
     assert field in error["error"]  # the message names the field
-    return error  # type: ignore[no-any-return]
+    return error
 
 
 async def test_embed_always_answers_a_list_of_vectors(encoders: Served) -> None:
@@ -163,7 +169,9 @@ async def test_embed_truncates_from_either_side(encoders: Served) -> None:
     tei_error(await encoders.client.post("/embed", json={"inputs": LONG}), "inputs")
     tei_error(await encoders.client.post("/embed", json={"inputs": ["ok", LONG]}), "inputs[1]")
     full = ids_of(encoders, LONG)
-    limit = encoders.engine.embedder.max_tokens  # type: ignore[union-attr]
+    embedder = encoders.engine.embedder
+    assert embedder is not None
+    limit = embedder.max_tokens
     assert len(full) > limit == 64
     content = full[1:-1]  # [CLS] ... [SEP]: truncation keeps the special tokens
     right_ids = [full[0], *content[: limit - 2], full[-1]]
@@ -245,8 +253,9 @@ async def test_documented_examples_of_the_encoder_routes_succeed(encoders: Serve
     """The document states the encoder routes of the models served, and each of their examples answers 2xx."""
     document = encoders.app.openapi()
     paths, components = document["paths"], document["components"]["schemas"]
-    wanted = ["/v1/embeddings", "/embed", "/rerank", "/models/embedder", "/models/embedder/pipeline/feature-extraction",
-              "/models/embedder/pipeline/sentence-similarity", "/models/reranker/pipeline/text-classification"]  # fmt: skip
+    wanted = ["/v1/embeddings", "/embed", "/rerank", "/models/embedder",
+              "/models/embedder/pipeline/feature-extraction", "/models/embedder/pipeline/sentence-similarity",
+              "/models/reranker/pipeline/text-classification"]  # fmt: skip
     for path in wanted:
         schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         example = components[schema["$ref"].rsplit("/", 1)[1]]["examples"][0]

@@ -12,6 +12,11 @@ from service.engine import attention
 ENDPOINTS = ["/v1/translate", "/v1/generate", "/v1/completions", "/v1/classify"]
 
 
+def read_api_doc() -> str:
+    """The text of docs/api.md."""
+    return (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+
+
 def assert_error(r: Any, status: int, type_: str | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     error: dict[str, Any] = r.json()["error"]
@@ -100,7 +105,7 @@ async def test_model_not_loaded(serving) -> None:
         r = await s.client.post("/v1/completions", json={"model": "generator", "prompt": "hi"})
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         assert [m["id"] for m in (await s.client.get("/v1/models")).json()["data"]] == ["classifier"]
-    api_doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    api_doc = read_api_doc()
     for text in (api_doc, s.app.description):
         assert "404 a model that is not served here" in text or "404 model not served here" in text
         assert "not loaded, 504" not in text and "503 draining or not loaded" not in text
@@ -119,7 +124,7 @@ def test_the_body_timeout_status_is_documented(served) -> None:
     for path in ENDPOINTS:
         answer = paths[path]["post"]["responses"]["408"]
         assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse"), path
-    api_doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    api_doc = read_api_doc()
     statuses = " ".join(api_doc.split("\n\n", 2)[1].split())  # the page's first paragraph: its error statuses
     assert "408 a body that did not arrive within `SERVE_BODY_TIMEOUT_S`" in statuses
     assert "408 body not received in time" in served.app.description

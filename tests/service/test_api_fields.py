@@ -11,6 +11,11 @@ BIG = [2**63, 2**64, 10**30]
 GENERATOR = {"model": "generator", "prompt": "hi", "max_tokens": 2}
 
 
+def read_api_doc() -> str:
+    """The text of docs/api.md."""
+    return (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+
+
 def error(r: Any) -> dict[str, Any]:
     """The error as {type, message, field}, from our shape or OpenAI's."""
     body = r.json()["error"]
@@ -173,7 +178,7 @@ async def test_a_missing_model_is_one_code_on_every_route(served) -> None:
     r = await served.client.post("/v1/completions", json={**GENERATOR, "model": "nope"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     assert r.json()["error"]["param"] == "model"
-    api_doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    api_doc = read_api_doc()
     assert "`model_not_loaded`" in api_doc
 
 

@@ -5,6 +5,7 @@ sentence-similarity, and the 422 for a request shaped for a task the model does 
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from service.settings import Settings
 from tests.service.conftest import Served, serve
 
 
-def tgi_events(body: bytes) -> list[dict]:
+def tgi_events(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line[5:]) for line in body.decode().split("\n") if line.startswith("data:")]
 
 
@@ -66,7 +67,8 @@ async def test_generate_stream(served) -> None:
 async def test_root_dispatches_by_task(served) -> None:
     r = await served.client.post("/", json={"inputs": "Hello", "parameters": {"max_new_tokens": 3}})
     assert r.status_code == 200 and isinstance(r.json(), list) and "generated_text" in r.json()[0]
-    stream = await served.client.post("/", json={"inputs": "Hello", "parameters": {"max_new_tokens": 3}, "stream": True})
+    stream = await served.client.post("/", json={"inputs": "Hello", "parameters": {"max_new_tokens": 3},
+                                                 "stream": True})
     assert tgi_events(stream.content)[-1]["generated_text"] == r.json()[0]["generated_text"]
 
     labels = served.engine.classifier.artifact.labels
@@ -121,7 +123,8 @@ async def test_feature_extraction_answers_pooled_vectors(encoders: Served) -> No
     np.testing.assert_allclose(many.json(), tei, atol=1e-6)
     raw = (await encoders.client.post("/models/embedder", json={"inputs": texts[0], "normalize": False})).json()
     assert abs(np.linalg.norm(raw) - 1) > 1e-3
-    older = await encoders.client.post("/models/embedder", json={"inputs": texts[0], "parameters": {"normalize": False}})
+    older = await encoders.client.post("/models/embedder",
+                                       json={"inputs": texts[0], "parameters": {"normalize": False}})
     np.testing.assert_allclose(older.json(), raw, atol=1e-6)
     long = "cat dog " * 80
     refused = await encoders.client.post("/models/embedder", json={"inputs": long})
@@ -135,12 +138,14 @@ async def test_feature_extraction_answers_pooled_vectors(encoders: Served) -> No
 
 async def test_sentence_similarity_is_the_cosine(encoders: Served) -> None:
     source, others = "the cat sat on the mat", ["the cat sat", "stocks fell", "the cat sat on the mat"]
-    r = await encoders.client.post("/models/embedder", json={"inputs": {"source_sentence": source, "sentences": others}})
+    r = await encoders.client.post("/models/embedder",
+                                   json={"inputs": {"source_sentence": source, "sentences": others}})
     assert r.status_code == 200, r.text
     vectors = np.array((await encoders.client.post("/embed", json={"inputs": [source, *others]})).json())
     np.testing.assert_allclose(r.json(), vectors[1:] @ vectors[0], atol=1e-5)
     assert abs(r.json()[2] - 1) < 1e-5
-    empty = await encoders.client.post("/models/embedder", json={"inputs": {"source_sentence": source, "sentences": []}})
+    empty = await encoders.client.post("/models/embedder",
+                                       json={"inputs": {"source_sentence": source, "sentences": []}})
     assert empty.status_code == 422 and empty.json()["error"]["field"] == "inputs.sentences"
 
 
@@ -187,4 +192,5 @@ async def test_text_classification_truncates_when_asked(encoders: Served) -> Non
 
 async def test_info_of_an_embedder(encoders: Served) -> None:
     info = (await encoders.client.get("/models/embedder/info")).json()
-    assert info["model_pipeline_tag"] == "feature-extraction" and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["model_pipeline_tag"] == "feature-extraction"
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}

@@ -76,7 +76,9 @@ async def test_rerank_scores_match_the_cross_encoder(serving_encoders: Any, hf_e
 
 
 @pytest.mark.parametrize("name", ["sentence-transformer", "roberta-base"])
-async def test_embeddings_match_transformers_pooling(serving_encoders: Any, hf_encoder_imports: Path, name: str) -> None:
+async def test_embeddings_match_transformers_pooling(
+    serving_encoders: Any, hf_encoder_imports: Path, name: str
+) -> None:
     model, family, config = reference(hf_encoder_imports, name)
     pooled = hf_parity.hf_embeddings(model, inputs(hf_encoder_imports, name, family, config, TEXTS), config["pooling"])
     expected = pooled.numpy()

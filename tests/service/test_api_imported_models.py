@@ -4,46 +4,27 @@ greedy and beam 4, the same class scores; and several models of one task served 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer
 
 from model.importing import hf_parity
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+from tests.service.hf_reference import Serving, generate, reference, serving_artifacts, tokenizer
 
 MAX_NEW = 8
 SOURCES = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
 
 
-def hf_model(hf_imports: Path, family: str) -> PreTrainedModel:
-    """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
-    return hf_parity.fp16_rounded(hf_parity.load_hf_model(hf_imports / "checkpoints" / family, family))
-
-
-def tokenizer(hf_imports: Path, family: str) -> Tokenizer:
-    return Tokenizer.from_file(str(hf_imports / "artifacts" / family / "tokenizer.json"))
-
-
 @pytest.fixture
-def serving_imports(
-    serving: Callable[..., AbstractAsyncContextManager[Any]], hf_imports: Path
-) -> Callable[..., AbstractAsyncContextManager[Any]]:
-    def start(**overrides: Any) -> AbstractAsyncContextManager[Any]:
-        return serving(artifacts_dir=hf_imports / "artifacts", **overrides)
-
-    return start
+def serving_imports(serving: Serving, hf_imports: Path) -> Serving:
+    return serving_artifacts(serving, hf_imports / "artifacts")
 
 
 async def test_gpt2_greedy_tokens_match_transformers(serving_imports: Any, hf_imports: Path) -> None:
-    model, tok = hf_model(hf_imports, "gpt2"), tokenizer(hf_imports, "gpt2")
+    model, tok = reference(hf_imports, "gpt2"), tokenizer(hf_imports, "gpt2")
     async with serving_imports(models="gpt2") as s:
         for prompt in SOURCES:
             r = await s.client.post("/v1/generate", json={"prompt": prompt, "temperature": 0, "logprobs": True,
@@ -51,8 +32,8 @@ async def test_gpt2_greedy_tokens_match_transformers(serving_imports: Any, hf_im
             assert r.status_code == 200, r.text
             served = [t["id"] for t in r.json()["tokens"]]
             ids = torch.tensor([tok.encode(prompt).ids])
-            expected = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                      max_new_tokens=MAX_NEW, pad_token_id=model.config.eos_token_id)
+            expected = generate(model, ids, do_sample=False, max_new_tokens=MAX_NEW,
+                                pad_token_id=model.config.eos_token_id)
             assert served == expected[0, ids.shape[1]:].tolist(), prompt
 
 
@@ -61,7 +42,7 @@ async def test_gpt2_greedy_tokens_match_transformers(serving_imports: Any, hf_im
 async def test_translation_tokens_match_transformers(
     serving_imports: Any, hf_imports: Path, family: str, num_beams: int
 ) -> None:
-    model, tok = hf_model(hf_imports, family), tokenizer(hf_imports, family)
+    model, tok = reference(hf_imports, family), tokenizer(hf_imports, family)
     async with serving_imports(models=family) as s:
         r = await s.client.post("/v1/translate", json={
             "text": SOURCES, "model": family, "num_beams": num_beams, "max_new_tokens": MAX_NEW,
@@ -71,15 +52,14 @@ async def test_translation_tokens_match_transformers(
         assert r.json()["model"] == family
     for source, text in zip(SOURCES, served, strict=True):
         ids = torch.tensor([tok.encode(source).ids])
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=num_beams, do_sample=False,
-                             max_new_tokens=MAX_NEW, length_penalty=1.0, early_stopping=False,
-                             no_repeat_ngram_size=0)
+        out = generate(model, ids, num_beams=num_beams, do_sample=False, max_new_tokens=MAX_NEW, length_penalty=1.0,
+                       early_stopping=False, no_repeat_ngram_size=0)
         expected = tok.decode(out[0, 1:].tolist(), skip_special_tokens=True)  # after the start token
         assert text == expected, (source, num_beams)
 
 
 async def test_bert_class_scores_match_transformers(serving_imports: Any, hf_imports: Path) -> None:
-    model = hf_model(hf_imports, "bert")
+    model = reference(hf_imports, "bert")
     async with serving_imports(models="bert") as s:
         r = await s.client.post("/v1/classify", json={"text": SOURCES, "model": "bert"})
         assert r.status_code == 200, r.text
@@ -87,7 +67,10 @@ async def test_bert_class_scores_match_transformers(serving_imports: Any, hf_imp
     specials = json.loads((hf_imports / "artifacts" / "bert" / "config.json").read_text())["special_tokens"]
     inputs = hf_parity.reference_inputs("bert", tokenizer(hf_imports, "bert"), specials, SOURCES)
     expected = hf_parity.hf_logits(model, "bert", inputs).softmax(-1).numpy()
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    num_labels = model.config.num_labels
+    assert num_labels is not None
+    id2label = cast("dict[int, str]", model.config.id2label)  # the config's __post_init__ makes the keys ints
+    labels = [id2label[i] for i in range(num_labels)]
     for result, row in zip(results, expected, strict=True):
         assert result["label"] == labels[int(row.argmax())]
         np.testing.assert_allclose([result["scores"][label] for label in labels], row, atol=1e-4)

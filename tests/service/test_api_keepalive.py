@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from starlette.types import Message
 
 from service.api.keepalive import KEEPALIVE, send_chunks
 
@@ -18,7 +19,7 @@ class Sent:
         self.tasks: list[asyncio.Task[Any] | None] = []
         self.delay_s = delay_s
 
-    async def __call__(self, message: dict[str, Any]) -> None:
+    async def __call__(self, message: Message) -> None:
         assert message["type"] == "http.response.body" and message["more_body"] is True
         if self.delay_s:
             await asyncio.sleep(self.delay_s)  # a slow client
@@ -77,7 +78,7 @@ async def test_a_failed_comment_fails_the_stream() -> None:
         await asyncio.sleep(0.12)
         yield "late"
 
-    async def broken(message: dict[str, Any]) -> None:
+    async def broken(message: Message) -> None:
         raise OSError("connection reset")
 
     with pytest.raises(OSError, match="reset"):

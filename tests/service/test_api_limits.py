@@ -4,6 +4,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,13 +12,14 @@ import pytest
 from service.api.errors import ApiError
 from service.api.tokenizer import tokenizer_slots
 from service.api.worker_slots import WorkerSlots
+from tests.service.conftest import Served
 
 
-async def wait_until(predicate, timeout: float = 5.0) -> float:
+async def wait_until(predicate: Callable[[], bool], limit_s: float = 5.0) -> float:
     loop = asyncio.get_running_loop()
     start = loop.time()
     while not predicate():
-        assert loop.time() - start < timeout, "condition not reached"
+        assert loop.time() - start < limit_s, "condition not reached"
         await asyncio.sleep(0.005)
     return loop.time() - start
 
@@ -98,7 +100,7 @@ async def test_timeout_is_504_and_frees_the_slot(serving, slow_down) -> None:
         slow_down(s.engine.generator.model.session, 0.02)
         r = await s.client.post("/v1/generate", json={"prompt": "hi", "max_new_tokens": 64, "ignore_eos": True})
         assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
-        await wait_until(lambda: s.engine.generator.scheduler.running == 0, timeout=1.0)
+        await wait_until(lambda: s.engine.generator.scheduler.running == 0, limit_s=1.0)
         slow_down(s.engine.translator.model.decoder, 0.02)
         r = await s.client.post("/v1/translate", json={"text": "hi", "num_beams": 1, "max_new_tokens": 30})
         assert r.status_code == 504
@@ -107,10 +109,12 @@ async def test_timeout_is_504_and_frees_the_slot(serving, slow_down) -> None:
 # --- what a request can make the server hold ------------------------------------------------------------
 
 
-def _classifier_maps(s, text: str) -> int:
+def _classifier_maps(s: Served, text: str) -> int:
     """The numbers of the classifier's attention maps of one text (layers x heads x tokens^2)."""
-    model, tokens = s.engine.classifier.model, len(s.engine.classifier.tokenizer.encode(text).ids)
-    return len(model.attention_names) * s.engine.classifier.artifact.n_heads * tokens**2
+    classifier = s.engine.classifier
+    assert classifier is not None
+    model, tokens = classifier.model, len(classifier.tokenizer.encode(text).ids)
+    return len(model.attention_names) * classifier.artifact.n_heads * tokens**2
 
 
 async def test_attention_budget_is_shared_by_the_requests_in_flight(serving, slow_down) -> None:
@@ -167,6 +171,25 @@ async def test_tokenizer_routes_have_a_token_limit(serving) -> None:
         assert (await s.client.post("/detokenize", json={"tokens": r.json()["tokens"]})).json()["prompt"]
 
 
+def _hold_tokenizer(service: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Timer]:
+    """The service's tokenizer swapped for a _HeldTokenizer on a gate, and the timer that opens the gate."""
+    gate = threading.Event()
+    timer = threading.Timer(3.0, gate.set)  # the work ends by itself: a loop it blocked stays blocked till then
+    timer.start()
+    monkeypatch.setattr(service, "tokenizer", _HeldTokenizer(service.tokenizer, gate))
+    return gate, timer
+
+
+async def _assert_the_loop_answers_while_held(s: Served, gate: threading.Event, timer: threading.Timer) -> None:
+    """With tokenizer work waiting on the gate, /health still answers at once; then the gate opens."""
+    await asyncio.sleep(0.1)
+    started = time.perf_counter()
+    assert (await s.client.get("/health")).status_code == 200
+    assert time.perf_counter() - started < 1.0 and not gate.is_set()
+    gate.set()
+    timer.cancel()
+
+
 class _HeldTokenizer:
     """A tokenizer whose encoding and decoding wait for `gate` (a long input), wherever they are called."""
 
@@ -187,20 +210,12 @@ class _HeldTokenizer:
 
 async def test_tokenizer_work_runs_off_the_event_loop(serving, monkeypatch) -> None:
     async with serving() as s:
-        gate = threading.Event()
-        timer = threading.Timer(3.0, gate.set)  # the work ends by itself: a loop it blocked stays blocked till then
-        timer.start()
-        monkeypatch.setattr(s.engine.generator, "tokenizer", _HeldTokenizer(s.engine.generator.tokenizer, gate))
+        gate, timer = _hold_tokenizer(s.engine.generator, monkeypatch)
         calls = [
             asyncio.ensure_future(s.client.post("/tokenize", json={"prompt": "a long text"})),
             asyncio.ensure_future(s.client.post("/detokenize", json={"tokens": [5, 6, 7]})),
         ]
-        await asyncio.sleep(0.1)
-        started = time.perf_counter()
-        assert (await s.client.get("/health")).status_code == 200
-        assert time.perf_counter() - started < 1.0 and not gate.is_set()
-        gate.set()
-        timer.cancel()
+        await _assert_the_loop_answers_while_held(s, gate, timer)
         assert [(await c).status_code for c in calls] == [200, 200]
 
 
@@ -215,7 +230,8 @@ LONG_TEXT = "the quick brown fox jumps over the lazy dog " * 500
         ("/v1/completions", {"model": "generator", "prompt": LONG_TEXT}, "generator", 422, "prompt"),
         ("/generate", {"inputs": LONG_TEXT}, "generator", 422, "inputs"),
         # TGI's truncate keeps the last tokens: the whole text is tokenized (off the loop) and served.
-        ("/generate", {"inputs": LONG_TEXT, "parameters": {"truncate": 8, "max_new_tokens": 2}}, "generator", 200, None),
+        ("/generate", {"inputs": LONG_TEXT, "parameters": {"truncate": 8, "max_new_tokens": 2}}, "generator", 200,
+         None),
         ("/v1/classify", {"text": LONG_TEXT}, "classifier", 422, "text"),
         ("/models/classifier", {"inputs": ["short", LONG_TEXT]}, "classifier", 422, "inputs[1]"),
         ("/v1/translate", {"text": LONG_TEXT}, "translator", 422, "text"),
@@ -226,17 +242,9 @@ async def test_long_inference_inputs_are_tokenized_off_the_event_loop(
 ) -> None:
     async with serving() as s:
         service = s.engine.services[model]
-        gate = threading.Event()
-        timer = threading.Timer(3.0, gate.set)  # the work ends by itself: a loop it blocked stays blocked till then
-        timer.start()
-        monkeypatch.setattr(service, "tokenizer", _HeldTokenizer(service.tokenizer, gate))
+        gate, timer = _hold_tokenizer(service, monkeypatch)
         call = asyncio.ensure_future(s.client.post(path, json=body))
-        await asyncio.sleep(0.1)
-        started = time.perf_counter()
-        assert (await s.client.get("/health")).status_code == 200
-        assert time.perf_counter() - started < 1.0 and not gate.is_set()
-        gate.set()
-        timer.cancel()
+        await _assert_the_loop_answers_while_held(s, gate, timer)
         r = await call
         assert r.status_code == status, r.text
         if field is not None:

@@ -8,18 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer
 
-from model.importing import hf_parity
 from tests.hf_checkpoints import DECODER_CHECKPOINTS
+from tests.service.hf_reference import Serving, generate, generated, reference, serving_artifacts, tokenizer
 from tests.service.sse_events import events
 
 if TYPE_CHECKING:
@@ -27,13 +24,6 @@ if TYPE_CHECKING:
 
 MAX_NEW = 8
 PROMPTS = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
-
-
-def reference(hf_decoder_imports: Path, name: str) -> PreTrainedModel:
-    """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
-    folder = hf_decoder_imports / "checkpoints" / name
-    family = json.loads((folder / "config.json").read_text())["model_type"]
-    return hf_parity.fp16_rounded(hf_parity.load_hf_model(folder, family))
 
 
 def end_tokens(artifact: Path) -> set[int]:
@@ -44,10 +34,12 @@ def end_tokens(artifact: Path) -> set[int]:
 def greedy(model: PreTrainedModel, ids: list[int], ends: set[int]) -> tuple[list[int], list[float]]:
     """transformers' greedy tokens (cut before the first end token, which the server does not return) and
     the log-probabilities of each."""
-    prompt = torch.tensor([ids])
-    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=MAX_NEW,
-                         repetition_penalty=1.0, eos_token_id=sorted(ends), pad_token_id=min(ends),
-                         output_scores=True, return_dict_in_generate=True)
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    out = generated(model, torch.tensor([ids]), do_sample=False, max_new_tokens=MAX_NEW, repetition_penalty=1.0,
+                    eos_token_id=sorted(ends), pad_token_id=min(ends), output_scores=True,
+                    return_dict_in_generate=True)
+    assert isinstance(out, GenerateDecoderOnlyOutput) and out.scores is not None, type(out).__name__
     tokens = out.sequences[0, len(ids):].tolist()
     logprobs = [float(torch.log_softmax(s[0], -1)[t]) for s, t in zip(out.scores, tokens, strict=False)]
     cut = next((i for i, t in enumerate(tokens) if t in ends), len(tokens))
@@ -55,21 +47,15 @@ def greedy(model: PreTrainedModel, ids: list[int], ends: set[int]) -> tuple[list
 
 
 @pytest.fixture
-def serving_decoders(
-    serving: Callable[..., AbstractAsyncContextManager[Any]], hf_decoder_imports: Path
-) -> Callable[..., AbstractAsyncContextManager[Any]]:
-    def start(**overrides: Any) -> AbstractAsyncContextManager[Any]:
-        return serving(**{"artifacts_dir": hf_decoder_imports / "artifacts", **overrides})
-
-    return start
+def serving_decoders(serving: Serving, hf_decoder_imports: Path) -> Serving:
+    return serving_artifacts(serving, hf_decoder_imports / "artifacts")
 
 
 @pytest.mark.parametrize("name", list(DECODER_CHECKPOINTS))
 async def test_greedy_tokens_and_logprobs_match_transformers(serving_decoders: Any, hf_decoder_imports: Path,
                                                              name: str) -> None:
     artifact = hf_decoder_imports / "artifacts" / name
-    model, tok, ends = reference(hf_decoder_imports, name), Tokenizer.from_file(str(artifact / "tokenizer.json")), \
-        end_tokens(artifact)
+    model, tok, ends = reference(hf_decoder_imports, name), tokenizer(hf_decoder_imports, name), end_tokens(artifact)
     async with serving_decoders(models=name, prefill_chunk_tokens=4, max_wait_ms=20.0) as s:
         # Sent together: they share batches (continuous batching) and their prompts are prefilled in chunks.
         responses = await asyncio.gather(*(s.client.post("/v1/generate", json={
@@ -169,7 +155,7 @@ async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decod
     assert r.status_code == 200, r.text
     attention = r.json()["attention"]
     layers = np.array(attention["layers"])  # [L, H, n, n] over the tokens fed
-    tok = Tokenizer.from_file(str(hf_decoder_imports / "artifacts" / "llama3" / "tokenizer.json"))
+    tok = tokenizer(hf_decoder_imports, "llama3")
     fed = torch.tensor([[tok.token_to_id(t) for t in attention["tokens"]]])
     with torch.no_grad():
         theirs = model(fed, output_attentions=True).attentions
@@ -182,7 +168,7 @@ async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_i
     """config.json's bad_words_ids (from generation_config.json): greedy decoding then equals transformers'
     generate(bad_words_ids=...) on the same tokens."""
     artifact = hf_decoder_imports / "artifacts" / "mistral"
-    model, tok = reference(hf_decoder_imports, "mistral"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    model, tok = reference(hf_decoder_imports, "mistral"), tokenizer(hf_decoder_imports, "mistral")
     ids = tok.encode(PROMPTS[0]).ids
     free, _ = greedy(model, ids, end_tokens(artifact))
     bad = sorted(set(free[:3]))
@@ -191,12 +177,13 @@ async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_i
     (tmp_path / "mistral" / "config.json").write_text(json.dumps(config | {"bad_words_ids": [[t] for t in bad]}))
     async with serving_decoders(models="mistral", artifacts_dir=tmp_path) as s:
         r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[0], "temperature": 0, "logprobs": True,
-                                                      "max_new_tokens": MAX_NEW, "ignore_eos": True, "model": "mistral"})
+                                                      "max_new_tokens": MAX_NEW, "ignore_eos": True,
+                                                      "model": "mistral"})
     assert r.status_code == 200, r.text
     served = [t["id"] for t in r.json()["tokens"]]
     prompt = torch.tensor([ids])
-    expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=MAX_NEW,
-                              bad_words_ids=[[t] for t in bad], eos_token_id=None, pad_token_id=1)
+    expected = generate(model, prompt, do_sample=False, max_new_tokens=MAX_NEW, bad_words_ids=[[t] for t in bad],
+                        eos_token_id=None, pad_token_id=1)
     assert not set(served) & set(bad)
     assert served == expected[0, len(ids):].tolist()
 
@@ -210,7 +197,7 @@ async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
     from service.engine.sampling import SamplingParams
 
     artifact = hf_decoder_imports / "artifacts" / "qwen2"
-    model, tok = reference(hf_decoder_imports, "qwen2"), Tokenizer.from_file(str(artifact / "tokenizer.json"))
+    model, tok = reference(hf_decoder_imports, "qwen2"), tokenizer(hf_decoder_imports, "qwen2")
     async with serving_decoders(models="qwen2", max_batch_size=8, prefill_chunk_tokens=2) as s:
         gen = s.engine.generator
         calls: list[tuple[int, ...]] = []

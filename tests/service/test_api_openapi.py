@@ -200,7 +200,9 @@ def test_dispatch_routes_state_their_bodies(served) -> None:
     paths = document["paths"]
 
     def body(path: str) -> str:
-        return paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        ref = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert isinstance(ref, str), ref
+        return ref
 
     assert body("/").endswith("/TgiRequest")
     assert "/models/{name}" not in paths

@@ -45,7 +45,8 @@ async def test_cors_is_off_by_default_and_preflight_works_when_on(serving) -> No
             assert r.status_code == 200, (path, r.text)  # answered before the API key is asked for
             assert r.headers["access-control-allow-origin"] == "http://localhost:3000"
         ok = await s.client.post(
-            "/v1/classify", json={"text": "hi"}, headers={"Origin": "http://localhost:3000", "Authorization": "Bearer k"}
+            "/v1/classify", json={"text": "hi"},
+            headers={"Origin": "http://localhost:3000", "Authorization": "Bearer k"},
         )
         assert ok.headers["access-control-allow-origin"] == "http://localhost:3000"
         assert "x-request-id" in ok.headers["access-control-expose-headers"]

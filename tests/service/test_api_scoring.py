@@ -29,7 +29,8 @@ async def test_echo_logprobs_score_the_prompt_like_generation_does(served) -> No
     for want, got in zip(generated, lp["token_logprobs"][len(prompt_ids) :], strict=True):
         assert math.isclose(want["logprob"], got, abs_tol=1e-3), (want, got)
     # Greedy tokens are the most likely ones: each is its position's best top_logprob.
-    for token_lp, top in zip(lp["token_logprobs"][len(prompt_ids) :], lp["top_logprobs"][len(prompt_ids) :], strict=True):
+    n_prompt = len(prompt_ids)
+    for token_lp, top in zip(lp["token_logprobs"][n_prompt:], lp["top_logprobs"][n_prompt:], strict=True):
         assert len(top) == 2 and math.isclose(max(top.values()), token_lp, abs_tol=1e-6)
     assert choice["text"] == served.engine.generator.tokenizer.decode(ids) and choice["finish_reason"] == "length"
     assert r.json()["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
@@ -114,4 +115,5 @@ async def test_retrieve_one_model(served) -> None:
     assert r.status_code == 200 and r.json()["id"] == "generator" and r.json()["object"] == "model"
     missing = await served.client.get("/v1/models/gpt-4")
     assert missing.status_code == 404
-    assert missing.json()["error"]["code"] == "model_not_found" and missing.json()["error"]["type"] == "invalid_request_error"
+    error = missing.json()["error"]
+    assert error["code"] == "model_not_found" and error["type"] == "invalid_request_error"

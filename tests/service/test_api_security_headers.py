@@ -4,6 +4,7 @@ nothing."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from service.api.security_headers import DATA_CSP
@@ -11,7 +12,7 @@ from service.api.security_headers import DATA_CSP
 PAGES = ("/docs", "/redoc", "/playground")
 
 
-def assert_guarded(response) -> str:
+def assert_guarded(response: httpx.Response) -> str:
     headers = response.headers
     assert headers["x-content-type-options"] == "nosniff", response.request.url
     assert headers["x-frame-options"] == "DENY"

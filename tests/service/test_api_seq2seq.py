@@ -5,17 +5,13 @@ it), the language fields refused by name where they do not apply, streaming and 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from tokenizers import Tokenizer
 
-from model.importing import hf_parity
+from tests.service.hf_reference import Serving, generate, reference, serving_artifacts, tokenizer
 from tests.service.sse_events import events
 
 if TYPE_CHECKING:
@@ -25,33 +21,25 @@ MAX_NEW = 8
 SOURCES = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
 
 
-def reference(imports: Path, name: str) -> torch.nn.Module:
-    """transformers' model with its weights rounded as the exported graph stores them (fp16)."""
-    folder = imports / "checkpoints" / name
-    family = json.loads((folder / "config.json").read_text())["model_type"]
-    return hf_parity.fp16_rounded(hf_parity.load_hf_model(folder, family))
-
-
-def tokenizer(imports: Path, name: str) -> Tokenizer:
-    return Tokenizer.from_file(str(imports / "artifacts" / name / "tokenizer.json"))
-
-
 @pytest.fixture
-def serving_seq2seq(
-    serving: Callable[..., AbstractAsyncContextManager[Any]], hf_seq2seq_imports: Path
-) -> Callable[..., AbstractAsyncContextManager[Any]]:
-    def start(**overrides: Any) -> AbstractAsyncContextManager[Any]:
-        return serving(**{"artifacts_dir": hf_seq2seq_imports / "artifacts", **overrides})
+def serving_seq2seq(serving: Serving, hf_seq2seq_imports: Path) -> Serving:
+    return serving_artifacts(serving, hf_seq2seq_imports / "artifacts")
 
-    return start
+
+async def streamed_and_attention(s: Any, body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The events of ``body`` streamed, and the first translation's attention of it answered whole."""
+    r = await s.client.post("/v1/translate", json=body | {"stream": True})
+    assert r.status_code == 200, r.text
+    streamed = [data for _, data in events(r.content)]
+    r = await s.client.post("/v1/translate", json=body | {"return_attention": True})
+    assert r.status_code == 200, r.text
+    return streamed, r.json()["translations"][0]["attention"]
 
 
 def expected_tokens(model: PreTrainedModel, ids: list[int], num_beams: int, forced: int | None) -> list[int]:
     """transformers' generated tokens after the start token, up to (without) the end token."""
-    source = torch.tensor([ids])
-    out = model.generate(source, attention_mask=torch.ones_like(source), num_beams=num_beams, do_sample=False,
-                         max_new_tokens=MAX_NEW, length_penalty=1.0, early_stopping=False, no_repeat_ngram_size=0,
-                         forced_bos_token_id=forced)
+    out = generate(model, torch.tensor([ids]), num_beams=num_beams, do_sample=False, max_new_tokens=MAX_NEW,
+                   length_penalty=1.0, early_stopping=False, no_repeat_ngram_size=0, forced_bos_token_id=forced)
     tokens: list[int] = out[0, 1:].tolist()
     eos = model.config.eos_token_id
     return tokens[: tokens.index(eos)] if eos in tokens else tokens
@@ -85,12 +73,7 @@ async def test_t5_streams_and_returns_attention(serving_seq2seq: Any, hf_seq2seq
     body = {"text": T5_SOURCES[0], "model": "flan-t5", "num_beams": 1, "max_new_tokens": MAX_NEW,
             "no_repeat_ngram_size": 0}
     async with serving_seq2seq(models="flan-t5") as s:
-        r = await s.client.post("/v1/translate", json=body | {"stream": True})
-        assert r.status_code == 200, r.text
-        streamed = [data for _, data in events(r.content)]
-        r = await s.client.post("/v1/translate", json=body | {"return_attention": True})
-        assert r.status_code == 200, r.text
-        attention = r.json()["translations"][0]["attention"]
+        streamed, attention = await streamed_and_attention(s, body)
     assert [e["id"] for e in streamed if e["type"] == "token"] == tokens
     assert streamed[-1]["translation"]["text"] == tok.decode(tokens, skip_special_tokens=True)
     assert len(attention["target_tokens"]) == len(tokens)
@@ -129,15 +112,10 @@ async def test_m2m100_streams_and_returns_attention(serving_seq2seq: Any, hf_seq
     model, tok = reference(hf_seq2seq_imports, "m2m_100"), tokenizer(hf_seq2seq_imports, "m2m_100")
     forced = tok.token_to_id("__de__")
     tokens = expected_tokens(model, tok.encode(SOURCES[0]).ids, 1, forced)
+    body = {"text": SOURCES[0], "model": "m2m_100", "num_beams": 1, "max_new_tokens": MAX_NEW,
+            "no_repeat_ngram_size": 0, "target_lang": "de"}
     async with serving_seq2seq(models="m2m_100") as s:
-        body = {"text": SOURCES[0], "model": "m2m_100", "num_beams": 1, "max_new_tokens": MAX_NEW,
-                "no_repeat_ngram_size": 0, "target_lang": "de"}
-        r = await s.client.post("/v1/translate", json=body | {"stream": True})
-        assert r.status_code == 200, r.text
-        streamed = [data for _, data in events(r.content)]
-        r = await s.client.post("/v1/translate", json=body | {"return_attention": True})
-        assert r.status_code == 200, r.text
-        attention = r.json()["translations"][0]["attention"]
+        streamed, attention = await streamed_and_attention(s, body)
     assert [e["id"] for e in streamed if e["type"] == "token"][: len(tokens)] == tokens
     assert streamed[-1]["translation"]["text"] == tok.decode(tokens, skip_special_tokens=True)
     assert attention["source_tokens"][0] == "__en__"

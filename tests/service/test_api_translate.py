@@ -26,7 +26,8 @@ async def test_greedy_sampling_is_seeded(served) -> None:
 
 
 async def test_greedy_takes_stop_strings_and_a_repetition_penalty(served) -> None:
-    plain = {"text": "A dull story about the roads.", "num_beams": 1, "max_new_tokens": 16, "do_sample": True, "seed": 1}
+    plain = {"text": "A dull story about the roads.", "num_beams": 1, "max_new_tokens": 16, "do_sample": True,
+             "seed": 1}
     text = (await served.client.post("/v1/translate", json=plain)).json()["translations"][0]["text"]
     stop = text.strip()[len(text.strip()) // 2 :][:2]  # two characters from the middle of the output
     assert stop.strip(), text

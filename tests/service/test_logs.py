@@ -1,4 +1,5 @@
-"""Log lines in both formats carry the id of the request they were logged for (docs/operations.md, "Requests, logs and metrics")."""
+"""Log lines in both formats carry the id of the request they were logged for (docs/operations.md, "Requests,
+logs and metrics")."""
 
 from __future__ import annotations
 
