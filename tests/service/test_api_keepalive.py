@@ -2,7 +2,7 @@
 errors passed on, the source closed."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -28,7 +28,7 @@ class Sent:
 
 
 async def test_comments_only_while_silent_and_chunks_in_order() -> None:
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         for i in range(20):
             yield f"fast {i}"  # back to back: no comment between these
         await asyncio.sleep(0.13)
@@ -44,7 +44,7 @@ async def test_comments_only_while_silent_and_chunks_in_order() -> None:
 
 
 async def test_no_comment_when_off_or_while_a_send_is_under_way() -> None:
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         yield "one"
         await asyncio.sleep(0.12)
         yield "two"
@@ -53,7 +53,7 @@ async def test_no_comment_when_off_or_while_a_send_is_under_way() -> None:
     await send_chunks(source(), off, 0)
     assert off.bodies == ["one", "two"]
 
-    async def busy() -> AsyncIterator[str]:
+    async def busy() -> AsyncGenerator[str, None]:
         yield "one"
         yield "two"
 
@@ -63,7 +63,7 @@ async def test_no_comment_when_off_or_while_a_send_is_under_way() -> None:
 
 
 async def test_a_source_error_is_raised_to_the_sender() -> None:
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         yield "one"
         raise ValueError("broken")
 
@@ -74,7 +74,7 @@ async def test_a_source_error_is_raised_to_the_sender() -> None:
 
 
 async def test_a_failed_comment_fails_the_stream() -> None:
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         await asyncio.sleep(0.12)
         yield "late"
 
@@ -89,7 +89,7 @@ async def test_leaving_early_closes_the_source() -> None:
     closed = asyncio.Event()
     sent = Sent()
 
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         try:
             yield "one"
             await asyncio.sleep(60)  # a stream still waiting for its next token
@@ -107,7 +107,7 @@ async def test_leaving_early_closes_the_source() -> None:
 async def test_a_send_cut_off_closes_the_source() -> None:
     closed = asyncio.Event()
 
-    async def source() -> AsyncIterator[str]:
+    async def source() -> AsyncGenerator[str, None]:
         try:
             yield "one"
             yield "two"
