@@ -5,7 +5,7 @@ The app runs in-process (its real lifespan, start-up checks, routes and engine; 
 no socket: scripts/served_app.py), and every request names only the model and the
 input, so the answers are those of the server's defaults; the generator's requests add ``seed: 0``, so
 its sampled answers can be asked again. The export calls ``refresh_card`` (scripts/export.py,
-scripts/recipes.py, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
+scripts/recipes/, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
 ``python -m scripts.card_examples`` does it for the committed artifacts.
 
     python -m scripts.card_examples                          # every model in artifacts/

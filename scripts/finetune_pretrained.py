@@ -38,7 +38,7 @@ from model.training.pretrained_classifier import (
     tfidf_cross_domain,
 )
 from scripts.card_examples import refresh_card
-from scripts.recipes import hardware
+from scripts.recipes.common import hardware
 
 
 def recipe_note(recipe: dict[str, Any]) -> str:
