@@ -1,6 +1,6 @@
-"""Our own model kinds, one record each: everything the trainer, the exporter and the importer need to
-know about a kind (contract.kinds.KINDS names the trainable ones and their tasks for the server).
-Adding a kind is one record here; nothing else keeps a table keyed by kind.
+"""Our own model kinds, one record each: everything the data preparation, the trainer, the exporter and
+the importer need to know about a kind (contract.kinds.KINDS names the trainable ones and their tasks for
+the server). Adding a kind is one record here; nothing else keeps a table keyed by kind.
 """
 
 from __future__ import annotations
