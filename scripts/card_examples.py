@@ -5,7 +5,7 @@ The app runs in-process (its real lifespan, start-up checks, routes and engine; 
 no socket: scripts/served_app.py), and every request names only the model and the
 input, so the answers are those of the server's defaults; the generator's requests add ``seed: 0``, so
 its sampled answers can be asked again. The export calls ``refresh_card`` (scripts/export.py,
-scripts/recipes.py, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
+scripts/recipes/, scripts/finetune_pretrained.py), so a new model's card shows that model's answers;
 ``python -m scripts.card_examples`` does it for the committed artifacts.
 
     python -m scripts.card_examples                          # every model in artifacts/
@@ -20,49 +20,74 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from model.training.intended_use import Probe, record_for, with_intended_use
 
 COMMAND = "python -m scripts.card_examples"
-HOW = {
-    "translation": "POST /v1/translate with only the model and the text: the server's default request "
-                   "(beam search, no sampling)",
-    "generation": "POST /v1/generate with only the model, the prompt and seed 0: the server's default "
-                  "sampling and length; the answer is the text generated after the prompt",
-    "classification": "POST /v1/classify with only the model and the text; the answer is the label and "
-                      "its probability",
-}
 
 
-def how(task: str) -> str:
-    return f"Real answers of the served model, asked by `{COMMAND}` through the server's own route: {HOW[task]}."
+@dataclass(frozen=True)
+class Route:
+    """How the probes of one task are asked: the server's route, the request, and the answer shown."""
+
+    path: str
+    how: str  # the card's out_of_domain_examples_how, after "POST <path>"
+    request: Callable[[str, str], dict[str, Any]]  # (model, input) -> the request body
+    answer: Callable[[Any], str]  # the response body -> the answer on the card
 
 
-async def _ask(client: Any, task: str, name: str, text: str) -> str:
-    if task == "translation":
-        r = await client.post("/v1/translate", json={"model": name, "text": text})
-        r.raise_for_status()
-        return str(r.json()["translations"][0]["text"])
-    if task == "generation":
-        r = await client.post("/v1/generate", json={"model": name, "prompt": text, "seed": 0})
-        r.raise_for_status()
-        return str(r.json()["text"])
-    r = await client.post("/v1/classify", json={"model": name, "text": text})
-    r.raise_for_status()
-    result = r.json()["results"][0]
+def _label(response: Any) -> str:
+    result = response["results"][0]
     return f"{result['label']} ({result['score']:.2f})"
 
 
-async def ask_served(folder: Path, probes: tuple[Probe, ...], threads: int = 2) -> list[dict[str, str]]:
-    """Each probe asked alone of the model in ``folder`` (served under the folder's name)."""
+ROUTES: dict[str, Route] = {  # one record per task whose models have probes
+    "translation": Route(
+        "/v1/translate", "with only the model and the text: the server's default request (beam search, no sampling)",
+        lambda model, text: {"model": model, "text": text},
+        lambda response: str(response["translations"][0]["text"]),
+    ),
+    "generation": Route(
+        "/v1/generate", "with only the model, the prompt and seed 0: the server's default sampling and length; "
+                        "the answer is the text generated after the prompt",
+        lambda model, text: {"model": model, "prompt": text, "seed": 0},
+        lambda response: str(response["text"]),
+    ),
+    "classification": Route(
+        "/v1/classify", "with only the model and the text; the answer is the label and its probability",
+        lambda model, text: {"model": model, "text": text},
+        _label,
+    ),
+}
+
+
+def how(route: Route) -> str:
+    return (f"Real answers of the served model, asked by `{COMMAND}` through the server's own route: "
+            f"POST {route.path} {route.how}.")
+
+
+def route_of(folder: Path) -> Route:
+    """The route of the task in ``folder``'s config.json."""
+    return ROUTES[json.loads((folder / "config.json").read_text())["task"]]
+
+
+async def _ask(client: Any, route: Route, name: str, text: str) -> str:
+    r = await client.post(route.path, json=route.request(name, text))
+    r.raise_for_status()
+    return route.answer(r.json())
+
+
+async def ask_served(folder: Path, route: Route, probes: tuple[Probe, ...], threads: int = 2) -> list[dict[str, str]]:
+    """Each probe asked alone of the model in ``folder`` (served under the folder's name) through ``route``."""
     from scripts.served_app import served_client
 
-    task = json.loads((folder / "config.json").read_text())["task"]
     async with served_client("http://card-examples", 600, artifacts_dir=folder.parent, models=[folder.name],
                              intra_op_threads=threads, inter_op_threads=1, warmup=False) as client:
-        return [{"input": p.input, "output": await _ask(client, task, folder.name, p.input), "note": p.note}
+        return [{"input": p.input, "output": await _ask(client, route, folder.name, p.input), "note": p.note}
                 for p in probes]
 
 
@@ -75,9 +100,9 @@ def write_any_card(folder: Path, card: dict[str, Any]) -> None:
     (write_imported_card if "source" in card else write_trained_card)(folder, card)
 
 
-def with_examples(card: dict[str, Any], task: str, examples: list[dict[str, str]]) -> dict[str, Any]:
+def with_examples(card: dict[str, Any], route: Route, examples: list[dict[str, str]]) -> dict[str, Any]:
     """``card`` with its examples (and how they were asked) right after ``out_of_scope``."""
-    fields = {"out_of_domain_examples_how": how(task), "out_of_domain_examples": examples}
+    fields = {"out_of_domain_examples_how": how(route), "out_of_domain_examples": examples}
     out: dict[str, Any] = {}
     for key, value in card.items():
         if key not in fields:
@@ -95,9 +120,9 @@ def refresh_card(folder: Path, threads: int = 2) -> dict[str, Any] | None:
     record = record_for(card)
     if record is None:
         return None
-    task = json.loads((folder / "config.json").read_text())["task"]
-    examples = asyncio.run(ask_served(folder, record.probes, threads))
-    card = with_examples(with_intended_use(card), task, examples)
+    route = route_of(folder)
+    examples = asyncio.run(ask_served(folder, route, record.probes, threads))
+    card = with_examples(with_intended_use(card), route, examples)
     write_any_card(folder, card)
     return card
 

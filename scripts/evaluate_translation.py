@@ -94,7 +94,8 @@ def score(hypotheses: list[str], rows: list[dict[str, str]], tokenizer: Tokenize
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "repeat_loop_rate": round(loops / max(1, len(rows)), 4),
         "sentences": len(rows),
-        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h} for r, h in list(zip(rows, hypotheses, strict=False))[:3]],
+        "examples": [{"src": r["src"], "ref": r["tgt"], "hyp": h}
+                     for r, h in list(zip(rows, hypotheses, strict=False))[:3]],
     }
 
 

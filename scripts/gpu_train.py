@@ -83,8 +83,9 @@ def tune_start(out: Path, jobs: int, train_device: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     smoke = ["--smoke"] if train_device == "cpu" else []
     with (RESULTS / "tune.log").open("w") as log:
-        subprocess.Popen([sys.executable, "-m", "scripts.tune_classifier", "--device", train_device, "--jobs", str(jobs),
-                          "--minilm", str(PACK / "cls" / "minilm"), "--out", str(RESULTS / "tune"), *smoke],
+        subprocess.Popen([sys.executable, "-m", "scripts.tune_classifier", "--device", train_device,
+                          "--jobs", str(jobs), "--minilm", str(PACK / "cls" / "minilm"), "--out", str(RESULTS / "tune"),
+                          *smoke],
                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     subprocess.run([sys.executable, "-m", "benchmarks.cuda_check", "artifacts/generator", "--out",
@@ -159,7 +160,8 @@ def unpack(folder: Path, runs: Path, into: Path) -> None:
             if run.exists() and name == "translator.safetensors":
                 shutil.move(run, run.with_name("translator.before-gpu"))  # kept until the GPU segment is judged
             state = unpack_run(folder / name, run)
-            print(f"{run}: step {state['step']}, {state['elapsed_s'] / 60:.1f} min, last segment {state['segments'][-1]}")
+            print(f"{run}: step {state['step']}, {state['elapsed_s'] / 60:.1f} min, "
+                  f"last segment {state['segments'][-1]}")
     into.mkdir(parents=True, exist_ok=True)
     parts = sorted(folder.glob("chosen.safetensors.part*"), key=lambda p: int(p.suffix.removeprefix(".part")))
     if parts:

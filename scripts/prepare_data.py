@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from model.data import file_entry, read_jsonl
+from model.data import file_entry
 from model.data.classification import bbc_documents, build_classification, dialog_documents, split_sentences
 from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, update_manifest
 from model.data.generation import build_generation, read_documents
@@ -25,45 +26,17 @@ from model.data.translation import build_translation
 from model.kinds import TRAINABLE, model_kind
 from model.training.tokenization import DEFAULT_VOCAB_SIZE
 
-
-def translator_texts(data_dir: Path) -> Iterator[str]:
-    """Each distinct English and French text of the translation train split's Bible and gettext rows.
-
-    The registry sources (``parallel_sources``) are left out, so the translator's tokenizer is the
-    one it was before they were added (the committed translator reuses it).
-    """
-    seen: set[str] = set()
-    for pair in read_jsonl(data_dir / "translation" / "train.jsonl"):
-        if pair.get("source") in PARALLEL_SOURCES:
-            continue
-        for text in (pair["src"], pair["tgt"]):
-            if text not in seen:
-                seen.add(text)
-                yield text
-
-
-def pretrain_lines(data_dir: Path) -> Iterator[str]:
-    """Non-empty lines of the classifier's pretraining corpus (it holds the train snippets)."""
-    with (data_dir / "classification" / "pretrain.txt").open(encoding="utf-8") as f:
-        yield from (line.rstrip("\n") for line in f if line.strip())
-
-
-def tokenizer_texts(kind: str, data_dir: Path) -> Iterator[str]:
-    """Training texts for one tokenizer kind: train splits only."""
-    if kind == "translator":
-        return translator_texts(data_dir)
-    if kind == "generator":
-        return iter(read_documents(data_dir / "generation" / "train.txt"))
-    return pretrain_lines(data_dir)
+Counts = dict[str, dict[str, int]]  # written file -> its counts (the manifest records them)
 
 
 def train_tokenizer(kind: str, data_dir: Path, vocab_size: int, manifest: Path) -> None:
     """Train one tokenizer, save ``tokenizers/<kind>.json`` and record it."""
     path = data_dir / "tokenizers" / f"{kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    trainer = model_kind(kind).train_tokenizer
-    assert trainer is not None, f"{kind} has no tokenizer trained here"
-    tokenizer = trainer(tokenizer_texts(kind, data_dir), vocab_size)
+    record = model_kind(kind)
+    trainer, texts = record.train_tokenizer, record.tokenizer_texts
+    assert trainer is not None and texts is not None, f"{kind} has no tokenizer trained here"
+    tokenizer = trainer(texts(data_dir), vocab_size)
     tokenizer.save(str(path))
     entry = file_entry(path, vocab_size=tokenizer.get_vocab_size())
     update_manifest(manifest, "tokenizers", {f"tokenizers/{kind}.json": entry})
@@ -77,48 +50,75 @@ def record_splits(manifest: Path, data_dir: Path, task: str, counts: dict[str, d
     print(f"{task}: {json.dumps(counts)}")
 
 
-def main() -> None:
+def build_translation_data(args: argparse.Namespace, manifest: Path) -> Counts:
+    """The gettext catalogs and the pinned parallel sources recorded, then the translation splits."""
+    raw = args.data_dir / "raw"
+    entries, catalogs = read_gettext_catalogs(args.gettext_dir)
+    update_manifest(manifest, "gettext", catalogs)
+    parallel = {}
+    for name in PARALLEL_SOURCES:
+        parallel[name], entry = read_source(name, raw / "archives")
+        update_manifest(manifest, "parallel", {name: entry})
+    return build_translation(raw / "bible" / "bible.db", entries, args.data_dir / "translation", parallel=parallel)
+
+
+def build_generation_data(args: argparse.Namespace, manifest: Path) -> Counts:
+    return build_generation(args.data_dir / "raw" / "sotu", args.data_dir / "generation")
+
+
+def build_classification_data(args: argparse.Namespace, manifest: Path) -> Counts:
+    """The labelled splits, and the pretraining corpus from dialogs, the generation train split's speeches
+    (built before, by this run or an earlier one) and BBC news."""
+    data_dir, raw = args.data_dir, args.data_dir / "raw"
+    speeches = [[s for p in d.split("\n") for s in split_sentences(p)]
+                for d in read_documents(data_dir / "generation" / "train.txt")]
+    extra_documents = dialog_documents(raw / "dialog" / "moviedialog.csv") + speeches + bbc_documents(raw / "bbc")
+    return build_classification(raw / "hutto", data_dir / "classification", extra_documents)
+
+
+@dataclass(frozen=True)
+class DataTask:
+    """One --tasks name: what builds data/<name>/, and the model kind whose tokenizer then trains on it."""
+
+    name: str
+    build: Callable[[argparse.Namespace, Path], Counts]  # (args, manifest) -> counts per written file
+    kind: str
+
+
+DATA_TASKS = (  # in this order: classification reads the generation train split
+    DataTask("translation", build_translation_data, "translator"),
+    DataTask("generation", build_generation_data, "generator"),
+    DataTask("classification", build_classification_data, "classifier"),
+)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--gettext-dir", type=Path, default=GETTEXT_DIR)
-    parser.add_argument("--tasks", default="translation,generation,classification",
+    parser.add_argument("--tasks", default=",".join(task.name for task in DATA_TASKS),
                         help="which data to build (comma-separated); the pinned archives are fetched in any case")
     parser.add_argument("--no-translator-tokenizer", action="store_true",
                         help="keep data/tokenizers/translator.json as it is")
     for kind in TRAINABLE:
         parser.add_argument(f"--{kind}-vocab", type=int, default=DEFAULT_VOCAB_SIZE)
-    args = parser.parse_args()
-    data_dir, raw = args.data_dir, args.data_dir / "raw"
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    data_dir = args.data_dir
     manifest = data_dir / "manifest.json"
-
     tasks = set(args.tasks.split(","))
+    kept = {"translator"} if args.no_translator_tokenizer else set()  # tokenizers left as they are
 
-    update_manifest(manifest, "archives", fetch_all(raw))
-    if "translation" in tasks:
-        entries, catalogs = read_gettext_catalogs(args.gettext_dir)
-        update_manifest(manifest, "gettext", catalogs)
-        parallel = {}
-        for name in PARALLEL_SOURCES:
-            parallel[name], entry = read_source(name, raw / "archives")
-            update_manifest(manifest, "parallel", {name: entry})
-        counts = build_translation(raw / "bible" / "bible.db", entries, data_dir / "translation", parallel=parallel)
-        record_splits(manifest, data_dir, "translation", counts)
-        if not args.no_translator_tokenizer:
-            train_tokenizer("translator", data_dir, args.translator_vocab, manifest)
-
-    if "generation" in tasks:
-        record_splits(manifest, data_dir, "generation", build_generation(raw / "sotu", data_dir / "generation"))
-        train_tokenizer("generator", data_dir, args.generator_vocab, manifest)
-    if "classification" not in tasks:
-        print(f"manifest -> {manifest}")
-        return
-
-    speeches = [[s for p in d.split("\n") for s in split_sentences(p)]
-                for d in read_documents(data_dir / "generation" / "train.txt")]
-    extra_documents = dialog_documents(raw / "dialog" / "moviedialog.csv") + speeches + bbc_documents(raw / "bbc")
-    counts = build_classification(raw / "hutto", data_dir / "classification", extra_documents)
-    record_splits(manifest, data_dir, "classification", counts)
-    train_tokenizer("classifier", data_dir, args.classifier_vocab, manifest)
+    update_manifest(manifest, "archives", fetch_all(data_dir / "raw"))
+    for task in DATA_TASKS:
+        if task.name not in tasks:
+            continue
+        record_splits(manifest, data_dir, task.name, task.build(args, manifest))
+        if task.kind not in kept:
+            train_tokenizer(task.kind, data_dir, getattr(args, f"{task.kind}_vocab"), manifest)
     print(f"manifest -> {manifest}")
 
 

