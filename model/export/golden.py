@@ -68,7 +68,8 @@ def open_session(folder: Path, file: str, config: dict[str, Any]) -> ort.Inferen
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     weights = package_weights(config, folder)
     if weights:
-        options.add_external_initializers(list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()])
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+        options.add_external_initializers(list(weights), values)
     return ort.InferenceSession(str(folder / file), options, providers=["CPUExecutionProvider"])
 
 
@@ -83,7 +84,8 @@ def records(folder: Path) -> dict[str, Any]:
     """The tokenizer, config and files sections (the tokenizer as the server loads it)."""
     config = json.loads((folder / "config.json").read_text())
     tokenizer = load_served_tokenizer(folder / str(config.get("tokenizer", "tokenizer.json")))
-    special_tokens = {role: token_id for role, token_id in config["special_tokens"].items() if isinstance(token_id, int)}
+    special_tokens = {role: token_id for role, token_id in config["special_tokens"].items()
+                      if isinstance(token_id, int)}
     return {
         TOKENIZER: record_tokenizer(tokenizer, config["task"], special_tokens),
         CONFIG: record_config(config),
@@ -96,7 +98,8 @@ def record_golden(folder: Path) -> None:
     golden: dict[str, Any] = {}
     for role in config["graphs"]:
         names, outputs = run_graph(folder, role)
-        golden[role] = {name: summarize(out) for name, out in zip(names, outputs, strict=False) if not name.startswith(ATTENTIONS)}
+        golden[role] = {name: summarize(out) for name, out in zip(names, outputs, strict=False)
+                        if not name.startswith(ATTENTIONS)}
     golden |= records(folder)
     (folder / GOLDEN_FILE).write_text(json.dumps(golden, indent=1) + "\n")
 

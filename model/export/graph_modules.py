@@ -36,7 +36,8 @@ class TranslatorDecoderGraph(nn.Module):
         self.model = model
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, encoder_attention_mask: Tensor, *caches: Tensor
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, encoder_attention_mask: Tensor,
+        *caches: Tensor,
     ) -> tuple[Tensor, ...]:
         n = 2 * self.model.config.n_decoder_layers
         cross, past = pairs(caches[:n]), pairs(caches[n:])

@@ -255,7 +255,8 @@ def finish_graph(path: Path, defaults: dict[str, int], axis_names: dict[str, dic
 
 
 def build_config(
-    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str, name: str | None = None,
+    kind: str, config: TransformerConfig, graphs: dict[str, dict[str, Any]], weights_storage: str,
+    name: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """config.json; ``extra``: top-level keys of the task (an embedder's pooling, normalize, ...), which may

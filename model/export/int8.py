@@ -53,7 +53,8 @@ def fold_constant_transposes(m: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type == "Transpose" and node.input[0] in inits:
             perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
             array = numpy_helper.to_array(inits[node.input[0]])
-            graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(array.transpose(perm)), node.output[0]))
+            transposed = np.ascontiguousarray(array.transpose(perm))
+            graph.initializer.append(numpy_helper.from_array(transposed, node.output[0]))
         else:
             keep.append(node)
     del graph.node[:]

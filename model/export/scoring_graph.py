@@ -38,7 +38,8 @@ def build() -> bytes:
             helper.make_tensor_value_info(TOP_IDS, TensorProto.INT64, ["rows", "k"]),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="model.scoring_graph")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="model.scoring_graph")
     model.ir_version = 9  # what onnxruntime 1.32 reads for opset 20
     onnx.checker.check_model(model)
     return bytes(model.SerializeToString())

@@ -23,7 +23,8 @@ LOCATION = "weights_package"  # the external-data location: no such file exists,
 def package_file(distribution: str, version: str, file: str) -> Path:
     dist = metadata.distribution(distribution)
     if dist.version != version:
-        raise RuntimeError(f"{distribution} {dist.version} is installed, not {version}: pip install {distribution}=={version}")
+        raise RuntimeError(f"{distribution} {dist.version} is installed, not {version}: "
+                           f"pip install {distribution}=={version}")
     return Path(str(dist.locate_file(file)))
 
 

@@ -29,7 +29,8 @@ def rope_settings(hf: dict[str, Any], family: str) -> tuple[float, dict[str, Any
     theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
     kind = rope_type(scaling)
     if kind not in ROPE_TYPES:
-        raise CheckpointError(f"{family}: rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+        raise CheckpointError(f"{family}: rope_scaling type {kind!r} is not supported "
+                              f"(supported: {', '.join(ROPE_TYPES)})")
     factor = (scaling or {}).get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
     if factor != 1.0:
         raise CheckpointError(f"{family}: partial_rotary_factor={factor!r} is not supported (only 1.0)")

@@ -19,7 +19,8 @@ from model.network.config import ClassifierConfig
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
 
 
-def roberta_like_config(hf: dict[str, Any], specials: dict[str, int], labels: list[str], family: str) -> ClassifierConfig:
+def roberta_like_config(hf: dict[str, Any], specials: dict[str, int], labels: list[str],
+                        family: str) -> ClassifierConfig:
     pad = hf.get("pad_token_id", 1)
     offset = pad + 1  # the rows in front of position 0 (the padding row and those below it)
     if hf["max_position_embeddings"] <= offset:

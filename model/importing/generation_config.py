@@ -38,7 +38,8 @@ class GenerationSettings:
     eos_ids: list[int] = field(default_factory=list)  # every end token, in the file's order
     bos: int | None = None
     pad: int | None = None
-    defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, top_k, repetition_penalty, max_new_tokens
+    # temperature, top_p, top_k, repetition_penalty, max_new_tokens
+    defaults: dict[str, Any] = field(default_factory=dict)
     banned: list[int] = field(default_factory=list)  # single-token bad_words_ids: never generated
     forced_bos: int | None = None  # the first generated token (a multilingual translator's target language)
     decoder_start: int | None = None

@@ -36,7 +36,8 @@ def read_sentence_transformer(folder: Path) -> SentenceTransformerFolder:
     types = tuple(str(m["type"]).rsplit(".", 1)[-1] for m in modules)
     by_type = {str(m["type"]).rsplit(".", 1)[-1]: m for m in modules}
     if "Transformer" not in by_type or "Pooling" not in by_type:
-        raise CheckpointError(f"{folder}/{MODULES_FILE}: a Transformer and a Pooling module are required, found {types}")
+        raise CheckpointError(f"{folder}/{MODULES_FILE}: a Transformer and a Pooling module are required, "
+                              f"found {types}")
     extra = [t for t in types if t not in ("Transformer", "Pooling", "Normalize")]
     if extra:
         raise CheckpointError(f"{folder}/{MODULES_FILE}: modules {extra} are not supported "

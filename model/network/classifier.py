@@ -42,7 +42,8 @@ class Classifier(nn.Module):
             if emb is not None:
                 nn.init.normal_(emb.weight, std=0.02)
 
-    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def encode(self, input_ids: Tensor, token_type_ids: Tensor | None,
+               attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """[B, S] -> hidden states [B, S, D] and per-layer attention weights [B, H, S, S].
 
         ``token_type_ids`` None: segment 0 everywhere (the graphs of families without a token-type input)."""
@@ -87,7 +88,8 @@ class Classifier(nn.Module):
         transformed: Tensor = self.mlm_transform(hidden)
         return transformed @ self.tok_emb.weight.T + self.mlm_bias
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None,
+                attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Fine-tuned classification: (label logits [B, num_labels], attention weights)."""
         hidden, weights = self.encode(input_ids, token_type_ids, attention_mask)
         return self.cls_head(self.sentence_vector(hidden, attention_mask)), weights

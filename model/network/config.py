@@ -20,7 +20,8 @@ class TransformerConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     max_positions: int = 512
-    activation: str = "relu"  # one of ACTIVATIONS: "relu" (paper), "gelu" (erf: BERT), "gelu_tanh" (GPT-2), "silu" (Marian)
+    # one of ACTIVATIONS: "relu" (paper), "gelu" (erf: BERT), "gelu_tanh" (GPT-2), "silu" (Marian)
+    activation: str = "relu"
     learned_positions: bool = False  # sinusoidal (paper) by default
     special_tokens: dict[str, int] = field(default_factory=dict)
     # Options for checkpoints trained elsewhere (scripts/import_checkpoint.py); the defaults are our own models.
@@ -95,7 +96,8 @@ class TranslatorConfig(TransformerConfig):
 class GeneratorConfig(TransformerConfig):
     n_layers: int = 4
     activation: str = "gelu"
-    # From an imported checkpoint's generation_config.json (model/importing/generation_config.py), written to config.json:
+    # From an imported checkpoint's generation_config.json (model/importing/generation_config.py), written to
+    # config.json:
     eos_token_ids: list[int] = field(default_factory=list)  # every end token; empty: special_tokens["eos"] alone
     generation_defaults: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, ..., max_new_tokens
     bad_words_ids: list[list[int]] = field(default_factory=list)  # single tokens never generated
@@ -125,4 +127,5 @@ class ClassifierConfig(TransformerConfig):
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"ClassifierConfig.pooling must be 'cls' or 'mean', got {self.pooling!r}")
         if self.pooler_activation not in ("tanh", "relu"):
-            raise ValueError(f"ClassifierConfig.pooler_activation must be 'tanh' or 'relu', got {self.pooler_activation!r}")
+            raise ValueError("ClassifierConfig.pooler_activation must be 'tanh' or 'relu', "
+                             f"got {self.pooler_activation!r}")

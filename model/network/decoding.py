@@ -50,7 +50,8 @@ def translate_greedy(model: Translator, src_ids: Tensor, src_mask: Tensor, max_n
 
 
 @torch.no_grad()
-def translate_greedy_uncached(model: Translator, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
+def translate_greedy_uncached(model: Translator, src_ids: Tensor, src_mask: Tensor,
+                              max_new_tokens: int) -> list[list[int]]:
     """Same as ``translate_greedy`` but re-runs the whole target prefix at every step (no cache)."""
     c = model.config
     bos, eos = c.special_tokens["bos"], c.special_tokens["eos"]
@@ -155,7 +156,8 @@ def beam_search(
         mask = torch.ones(rows, length, dtype=torch.long)
         positions = torch.full((rows, 1), step, dtype=torch.long)
         src = beam_src_mask[:rows]
-        logits, past, _, _ = model.decode(tokens[:rows], mask, positions, src, [(k[:rows], v[:rows]) for k, v in cross], past)
+        row_cross = [(k[:rows], v[:rows]) for k, v in cross]
+        logits, past, _, _ = model.decode(tokens[:rows], mask, positions, src, row_cross, past)
         log_probs = logits[:, -1].float().log_softmax(-1)  # [rows, V]
         for b in range(rows) if no_repeat_ngram else ():
             for banned in banned_tokens(beams[b], no_repeat_ngram):

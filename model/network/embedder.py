@@ -62,7 +62,8 @@ class Embedder(nn.Module):
     def config(self) -> ClassifierConfig:
         return self.encoder.config
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None,
+                attention_mask: Tensor) -> tuple[Tensor, list[Tensor]]:
         hidden, weights = self.encoder.encode(input_ids, token_type_ids, attention_mask)
         return pool(hidden, attention_mask, self.options.pooling), weights
 

@@ -343,7 +343,8 @@ class TransformerLayer(nn.Module):
         if self.cross_attn is not None:
             assert cross_kv is not None and cross_bias is not None, "a decoder layer needs the encoder K/V"
             assert self.ln_cross is not None  # built with cross_attn
-            cross_out, cross_weights = self.cross_attn.attend(self.sublayer_input(x, self.ln_cross), *cross_kv, cross_bias)
+            cross_in = self.sublayer_input(x, self.ln_cross)
+            cross_out, cross_weights = self.cross_attn.attend(cross_in, *cross_kv, cross_bias)
             x = self.add_residual(x, cross_out, self.ln_cross)
         x = self.add_residual(x, self.ff(self.sublayer_input(x, self.ln_ff)), self.ln_ff)
         return x, present, self_weights, cross_weights

@@ -89,7 +89,8 @@ class TranslationTask:
             for index in batches:
                 yield self.collate(self.train, index)
 
-    def loss(self, model: Translator, batch: tuple[Tensor, ...], label_smoothing: float | None = None) -> tuple[Tensor, int]:
+    def loss(self, model: Translator, batch: tuple[Tensor, ...],
+             label_smoothing: float | None = None) -> tuple[Tensor, int]:
         src, src_mask, tgt_in, tgt_mask, labels = on_device(batch, model)
         logits = model(src, src_mask, tgt_in, tgt_mask)
         smoothing = self.label_smoothing if label_smoothing is None else label_smoothing

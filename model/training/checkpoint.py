@@ -118,7 +118,8 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
         for spec in model_kind(kind).graphs(model, _takes_logits_to_keep(artifact_dir)):
             reference_path = Path(tmp) / f"{spec.role}.onnx"
             export_graph(spec, reference_path)
-            reference, trained_graph = onnx.load(str(reference_path)), onnx.load(str(artifact_dir / f"{spec.role}.onnx"))
+            reference = onnx.load(str(reference_path))
+            trained_graph = onnx.load(str(artifact_dir / f"{spec.role}.onnx"))
             trained, trained_name = _initializers(trained_graph), _name_map(reference, trained_graph)
             for graph_name, array in _initializers(reference).items():
                 if graph_name.removeprefix("model.") in canonical:  # kept its name (biases, LayerNorms)
