@@ -131,13 +131,12 @@ def config_token_id(folder: Path, hf: dict[str, Any], key: str, fallback: int | 
 def fairseq_layers(out: dict[str, Tensor], src: Tensors, n_encoder_layers: int, n_decoder_layers: int) -> None:
     """The encoder and decoder layers of the fairseq-style translators (Marian, BART, M2M100): self-attention,
     the decoder's cross-attention (``encoder_attn``), fc1/fc2, a LayerNorm after each, one name scheme."""
-    for side, ours_side, count in (("encoder", "encoder_layers", n_encoder_layers),
-                                   ("decoder", "decoder_layers", n_decoder_layers)):
+    own = ("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")  # ours, theirs, our norm, their norm
+    cross = ("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm")
+    for side, ours_side, count, attentions in (("encoder", "encoder_layers", n_encoder_layers, [own]),
+                                               ("decoder", "decoder_layers", n_decoder_layers, [own, cross])):
         for i in range(count):
             ours, theirs = f"{ours_side}.{i}", f"{side}.layers.{i}"
-            attentions = [("self_attn", "self_attn", "ln_self", "self_attn_layer_norm")]
-            if side == "decoder":
-                attentions.append(("cross_attn", "encoder_attn", "ln_cross", "encoder_attn_layer_norm"))
             for our_attn, their_attn, our_norm, their_norm in attentions:
                 for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
                     linear(out, f"{ours}.{our_attn}.{proj}", src, f"{theirs}.{their_attn}.{proj}")

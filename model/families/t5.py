@@ -59,8 +59,10 @@ def config(hf: dict[str, Any], specials: dict[str, int]) -> TranslatorConfig:
 
 def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {"embed.weight": src.take("shared.weight")}
-    for side, ours_side, count in (("encoder", "encoder_layers", c.n_encoder_layers),
-                                   ("decoder", "decoder_layers", c.n_decoder_layers)):
+    own = ("self_attn", "ln_self", "0.SelfAttention", "0.layer_norm")  # ours, our norm, theirs, their norm
+    cross = ("cross_attn", "ln_cross", "1.EncDecAttention", "1.layer_norm")
+    for side, ours_side, count, attentions in (("encoder", "encoder_layers", c.n_encoder_layers, [own]),
+                                               ("decoder", "decoder_layers", c.n_decoder_layers, [own, cross])):
         src.take_alias(f"{side}.embed_tokens.weight", out["embed.weight"])
         rel = "rel_enc" if side == "encoder" else "rel_dec"
         table = f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"  # the first layer's, shared
@@ -68,9 +70,6 @@ def weights(src: Tensors, c: TranslatorConfig, lm_head: Tensor | None) -> dict[s
         out["ln_enc.weight" if side == "encoder" else "ln_dec.weight"] = src.take(f"{side}.final_layer_norm.weight")
         for i in range(count):
             ours, theirs = f"{ours_side}.{i}", f"{side}.block.{i}.layer"
-            attentions = [("self_attn", "ln_self", "0.SelfAttention", "0.layer_norm")]
-            if side == "decoder":
-                attentions.append(("cross_attn", "ln_cross", "1.EncDecAttention", "1.layer_norm"))
             for our_attn, our_norm, their_attn, their_norm in attentions:
                 for our_proj, their_proj in (("q_proj", "q"), ("k_proj", "k"), ("v_proj", "v"), ("out_proj", "o")):
                     out[f"{ours}.{our_attn}.{our_proj}.weight"] = src.take(f"{theirs}.{their_attn}.{their_proj}.weight")

@@ -6,16 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from model.network import layers
 from model.network.config import ClassifierConfig
-from model.network.layers import (
-    PositionalEncoding,
-    TransformerLayer,
-    embedding_norm,
-    embedding_scale,
-    final_norm,
-    layer_norm,
-    padding_bias,
-)
 
 
 class Classifier(nn.Module):
@@ -25,18 +17,18 @@ class Classifier(nn.Module):
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         # Segment embeddings: none when type_vocab_size is 0 (DistilBERT); one row (RoBERTa) is added to every token.
         self.seg_emb = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
-        self.pos = PositionalEncoding.from_config(c)
-        self.emb_scale = embedding_scale(c)
-        self.ln_emb = embedding_norm(c)
+        self.pos = layers.PositionalEncoding.from_config(c)
+        self.emb_scale = layers.embedding_scale(c)
+        self.ln_emb = layers.embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
-        self.layers = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_layers))
-        self.ln_f = final_norm(c)
+        self.layers = nn.ModuleList(layers.TransformerLayer(c) for _ in range(c.n_layers))
+        self.ln_f = layers.final_norm(c)
         # Pooler on [CLS], shared by NSP and fine-tuning as in BERT (or [CLS] as it is).
         pooler_activation = nn.Tanh() if c.pooler_activation == "tanh" else nn.ReLU()  # ReLU: DistilBERT's head
         self.pooler = nn.Sequential(nn.Linear(c.d_model, c.d_model), pooler_activation) if c.pooler else nn.Identity()
         self.nsp_head = nn.Linear(c.d_model, 2)
         self.cls_head = nn.Linear(c.d_model, len(c.labels))
-        self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), layer_norm(c))
+        self.mlm_transform = nn.Sequential(nn.Linear(c.d_model, c.d_model), nn.GELU(), layers.layer_norm(c))
         self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
         for emb in (self.tok_emb, self.seg_emb):
             if emb is not None:
@@ -54,7 +46,7 @@ class Classifier(nn.Module):
             x = x + (self.seg_emb(token_type_ids) if token_type_ids is not None else self.seg_emb.weight[0])
         x = x + self.pos(positions)
         x = self.dropout(self.ln_emb(x))
-        bias = padding_bias(attention_mask, x.dtype)
+        bias = layers.padding_bias(attention_mask, x.dtype)
         weights = []
         for layer in self.layers:
             x, _, w, _ = layer(x, bias)

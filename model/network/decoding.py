@@ -211,16 +211,8 @@ def filter_logits(logits: Tensor, temperature: float, top_k: int, top_p: float) 
 
 
 @torch.no_grad()
-def generate(
-    model: Generator,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    max_new_tokens: int,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> Tensor:
+def generate(model: Generator, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None) -> Tensor:
     """Left-padded prompts [B, S] -> new tokens [B, max_new_tokens]; temperature 0 = greedy."""
     past: list[KeyValue] | None = None
     tokens, mask, new = input_ids, attention_mask, []

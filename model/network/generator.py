@@ -9,18 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from model.network import layers
 from model.network.config import GeneratorConfig
-from model.network.layers import (
-    KeyValue,
-    PositionalEncoding,
-    TransformerLayer,
-    causal_padding_bias,
-    embedding_norm,
-    embedding_scale,
-    final_norm,
-    keep_last,
-    lm_head,
-)
 from model.network.rotary import RotaryEmbedding
 
 
@@ -29,14 +19,14 @@ class Generator(nn.Module):
         super().__init__()
         c = self.config = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = None if c.rotary else PositionalEncoding.from_config(c)
+        self.pos = None if c.rotary else layers.PositionalEncoding.from_config(c)
         self.rotary = RotaryEmbedding.from_config(c) if c.rotary else None
-        self.emb_scale = embedding_scale(c)
-        self.ln_emb = embedding_norm(c)
+        self.emb_scale = layers.embedding_scale(c)
+        self.ln_emb = layers.embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_layers))
-        self.ln_f = final_norm(c)
-        self.lm_head = lm_head(c, self.tok_emb)
+        self.blocks = nn.ModuleList(layers.TransformerLayer(c) for _ in range(c.n_layers))
+        self.ln_f = layers.final_norm(c)
+        self.lm_head = layers.lm_head(c, self.tok_emb)
         nn.init.normal_(self.tok_emb.weight, std=c.d_model**-0.5)
 
     def forward(
@@ -44,9 +34,9 @@ class Generator(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
-        past: list[KeyValue] | None = None,
+        past: list[layers.KeyValue] | None = None,
         logits_to_keep: Tensor | int = 0,
-    ) -> tuple[Tensor, list[KeyValue], list[Tensor]]:
+    ) -> tuple[Tensor, list[layers.KeyValue], list[Tensor]]:
         """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, Hkv, P+S, Dh], weights).
 
         attention_mask covers past + new positions ([B, P+S]); defaults to all ones. ``logits_to_keep``
@@ -64,10 +54,10 @@ class Generator(nn.Module):
             x = x + self.pos(position_ids)
         x = self.dropout(self.ln_emb(x))
         rope = self.rotary(position_ids) if self.rotary is not None else None
-        bias = causal_padding_bias(attention_mask, S, x.dtype)
+        bias = layers.causal_padding_bias(attention_mask, S, x.dtype)
         presents, weights = [], []
         for i, block in enumerate(self.blocks):
             x, present, w, _ = block(x, bias, past[i] if past else None, rope=rope)
             presents.append(present)
             weights.append(w)
-        return self.lm_head(keep_last(self.ln_f(x), logits_to_keep)), presents, weights
+        return self.lm_head(layers.keep_last(self.ln_f(x), logits_to_keep)), presents, weights

@@ -7,19 +7,8 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from model.network import layers
 from model.network.config import TranslatorConfig
-from model.network.layers import (
-    KeyValue,
-    PositionalEncoding,
-    TransformerLayer,
-    causal_padding_bias,
-    embedding_norm,
-    embedding_scale,
-    final_norm,
-    lm_head,
-    padding_bias,
-    positions_from_mask,
-)
 from model.network.relative_position import RelativePositionBias
 
 
@@ -29,21 +18,22 @@ class Translator(nn.Module):
         c = self.config = config
         self.embed = nn.Embedding(c.vocab_size, c.d_model)  # shared by source, target and output
         relative = c.relative_buckets > 0  # T5: a bias on the attention scores instead of position vectors
-        self.pos = None if relative else PositionalEncoding.from_config(c)
-        self.pos_dec = PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
+        self.pos = None if relative else layers.PositionalEncoding.from_config(c)
+        self.pos_dec = layers.PositionalEncoding.from_config(c) if c.separate_decoder_positions else None
         self.rel_enc: RelativePositionBias | None
         self.rel_dec: RelativePositionBias | None
         self.rel_enc, self.rel_dec = (
             (RelativePositionBias(c.relative_buckets, c.relative_max_distance, c.n_heads, bidirectional)
              for bidirectional in (True, False)) if relative else (None, None))
         self.output_scale = c.d_model**-0.5 if c.rescale_output else 1.0
-        self.emb_scale = embedding_scale(c)
-        self.ln_emb_enc, self.ln_emb_dec = embedding_norm(c), embedding_norm(c)  # BART normalizes each side's own
+        self.emb_scale = layers.embedding_scale(c)
+        # BART normalizes each side's embeddings with its own LayerNorm
+        self.ln_emb_enc, self.ln_emb_dec = layers.embedding_norm(c), layers.embedding_norm(c)
         self.dropout = nn.Dropout(c.dropout)
-        self.encoder_layers = nn.ModuleList(TransformerLayer(c) for _ in range(c.n_encoder_layers))
-        self.decoder_layers = nn.ModuleList(TransformerLayer(c, cross=True) for _ in range(c.n_decoder_layers))
-        self.ln_enc, self.ln_dec = final_norm(c), final_norm(c)
-        self.lm_head = lm_head(c, self.embed)
+        self.encoder_layers = nn.ModuleList(layers.TransformerLayer(c) for _ in range(c.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(layers.TransformerLayer(c, cross=True) for _ in range(c.n_decoder_layers))
+        self.ln_enc, self.ln_dec = layers.final_norm(c), layers.final_norm(c)
+        self.lm_head = layers.lm_head(c, self.embed)
         nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
 
     def embed_tokens(self, ids: Tensor, position_ids: Tensor, decoder: bool) -> Tensor:
@@ -57,7 +47,7 @@ class Translator(nn.Module):
         B, S = src_ids.shape
         positions = torch.arange(S, device=src_ids.device).expand(B, S)
         x = self.embed_tokens(src_ids, positions, decoder=False)
-        bias = padding_bias(src_mask, x.dtype)
+        bias = layers.padding_bias(src_mask, x.dtype)
         if self.rel_enc is not None:
             bias = bias + self.rel_enc(positions, positions)
         weights = []
@@ -66,10 +56,10 @@ class Translator(nn.Module):
             weights.append(w)
         return self.ln_enc(x), weights
 
-    def cross_kv(self, memory: Tensor) -> list[KeyValue]:
+    def cross_kv(self, memory: Tensor) -> list[layers.KeyValue]:
         """The encoder-decoder attention K/V of every decoder layer: computed once per source."""
-        layers = cast(list[TransformerLayer], list(self.decoder_layers))  # built as TransformerLayer(c, cross=True)
-        return [layer.cross_attn.project_kv(memory) for layer in layers if layer.cross_attn is not None]
+        decoder_layers = cast(list[layers.TransformerLayer], list(self.decoder_layers))  # built with cross=True
+        return [layer.cross_attn.project_kv(memory) for layer in decoder_layers if layer.cross_attn is not None]
 
     def decode(
         self,
@@ -77,18 +67,18 @@ class Translator(nn.Module):
         tgt_mask: Tensor,
         position_ids: Tensor,
         src_mask: Tensor,
-        cross_kv: list[KeyValue],
-        past: list[KeyValue] | None = None,
-    ) -> tuple[Tensor, list[KeyValue], list[Tensor], list[Tensor]]:
+        cross_kv: list[layers.KeyValue],
+        past: list[layers.KeyValue] | None = None,
+    ) -> tuple[Tensor, list[layers.KeyValue], list[Tensor], list[Tensor]]:
         """New target tokens [B, S] -> (logits [B, S, V], present K/V, self weights, cross weights).
 
         tgt_mask is [B, P+S] over the cached and the new positions.
         """
         x = self.embed_tokens(tgt_ids, position_ids, decoder=True)
-        self_bias = causal_padding_bias(tgt_mask, tgt_ids.shape[1], x.dtype)
+        self_bias = layers.causal_padding_bias(tgt_mask, tgt_ids.shape[1], x.dtype)
         if self.rel_dec is not None:  # queries after the cached keys; keys at their left-padding-aware positions
-            self_bias = self_bias + self.rel_dec(position_ids, positions_from_mask(tgt_mask, tgt_mask.shape[1]))
-        cross_bias = padding_bias(src_mask, x.dtype)
+            self_bias = self_bias + self.rel_dec(position_ids, layers.positions_from_mask(tgt_mask, tgt_mask.shape[1]))
+        cross_bias = layers.padding_bias(src_mask, x.dtype)
         presents, self_weights, cross_weights = [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, present, sw, cw = layer(x, self_bias, past[i] if past else None, cross_kv[i], cross_bias)

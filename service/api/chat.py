@@ -56,9 +56,9 @@ def chat_generator(engine: Engine, model: str | None) -> GenerationService:
     when it has none."""
     if model is None or (model in PLACEHOLDER_MODELS and model not in engine.services):
         with_template = chat_models(engine)
-        generator = engine.require_generator(with_template[0] if with_template else None)
+        generator = engine.require(GenerationService, with_template[0] if with_template else None)
     else:
-        generator = engine.require_generator(model)
+        generator = engine.require(GenerationService, model)
     if generator.chat_template is None:
         raise ApiError(
             400,

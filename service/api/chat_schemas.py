@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service.api.errors import FieldError
-from service.api.openai_schemas import CHOICES_RULE, OpenAISampling
+from service.api.openai_schemas import CHOICES_RULE, OpenAIResponse, OpenAISampling
 from service.api.schemas import Request, Response, Usage
 
 ROLES = ("system", "user", "assistant", "developer")
@@ -161,11 +161,7 @@ class ChatChoice(Response):
     finish_reason: Literal["stop", "length"]
 
 
-class ChatCompletionResponse(Response):
-    id: str
+class ChatCompletionResponse(OpenAIResponse):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    system_fingerprint: str | None = None
     choices: list[ChatChoice]
     usage: Usage

@@ -180,7 +180,7 @@ class _Chunks:
     "/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}}
 )
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
-    generator = engine.require_generator(body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
+    generator = engine.require(GenerationService, body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
     with fields_as_sent(FIELDS):
         handle = await engine.submit(_job(body, generator.name))
     prompt_ids = handle.prompt_ids

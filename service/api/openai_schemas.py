@@ -125,11 +125,17 @@ class CompletionChoice(Response):
     finish_reason: Literal["stop", "length"] | None
 
 
-class CompletionResponse(Response):
+class OpenAIResponse(Response):
+    """What every OpenAI answer body starts with; `object` names the kind of answer."""
+
     id: str
-    object: Literal["text_completion"] = "text_completion"
+    object: str
     created: int
     model: str
     system_fingerprint: str | None = None
+
+
+class CompletionResponse(OpenAIResponse):
+    object: Literal["text_completion"] = "text_completion"
     choices: list[CompletionChoice]
     usage: Usage | None

@@ -133,10 +133,10 @@ TGI_STREAM_DOC = stream_doc("TGI's `data:` token events, the last one with `gene
 
 @router.post("/generate", summary="TGI: generate text", responses=TGI_STREAM_DOC)
 async def tgi_generate(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
-    return await tgi_answer(engine, engine.require_generator(), body, request, as_list=False)
+    return await tgi_answer(engine, engine.require(GenerationService), body, request, as_list=False)
 
 
 @router.post("/generate_stream", summary="TGI: generate text as Server-Sent Events", responses=TGI_STREAM_DOC)
 async def tgi_generate_stream(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
     streamed = body.model_copy(update={"stream": True})
-    return await tgi_answer(engine, engine.require_generator(), streamed, request, as_list=False)
+    return await tgi_answer(engine, engine.require(GenerationService), streamed, request, as_list=False)

@@ -4,11 +4,12 @@ generation and translation (one queue, one timeout and cancellation mechanism, o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from contract.kinds import CLASSIFICATION
 from contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
 from service.engine.encoder_batch import encoder_feeds, run_in_groups
@@ -29,6 +30,7 @@ ClassifyInput = str | tuple[str, str]
 class ClassificationJob:
     """A classification request: texts or sentence pairs, `fields` naming each in errors."""
 
+    task: ClassVar[str] = CLASSIFICATION.name
     inputs: list[ClassifyInput]
     fields: list[str]
     top_k: int | None = None
@@ -143,6 +145,8 @@ class ClassificationModel:
 
 class ClassificationService(TaskService[ClassificationSequence]):
     """Validates and tokenizes a classification job; one sequence per text, on the model's scheduler."""
+
+    task: ClassVar[str] = CLASSIFICATION.name
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         super().__init__(artifact, settings)

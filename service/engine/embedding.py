@@ -6,10 +6,12 @@ first `dimensions` where the model allows it, and runs each scheduled batch in r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from tokenizers import Encoding
 
+from contract.kinds import EMBEDDING
 from contract.names import EMBEDDINGS, TOKEN_TYPE_IDS
 from service.engine.encoder_batch import encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
@@ -29,6 +31,7 @@ EmbedInput = str | list[int]  # a text, or token ids as the model sees them (no 
 class EmbeddingJob:
     """An embedding request: texts or token-id lists, `fields` naming each in errors."""
 
+    task: ClassVar[str] = EMBEDDING.name
     inputs: list[EmbedInput]
     fields: list[str]
     normalize: bool | None = None  # None: the model's default (config.json "normalize")
@@ -89,6 +92,8 @@ class EmbeddingModel:
 
 class EmbeddingService(TaskService[EmbeddingSequence]):
     """Validates and tokenizes an embedding job; one sequence per input, on the model's scheduler."""
+
+    task: ClassVar[str] = EMBEDDING.name
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         super().__init__(artifact, settings)

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from contract.kinds import KINDS
 from contract.weights_package import WeightsPackageError
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 Service = TranslationService | GenerationService | ClassificationService | EmbeddingService
 Job = TranslationJob | GenerationJob | ClassificationJob | EmbeddingJob
-S = TypeVar("S")
+S = TypeVar("S", TranslationService, GenerationService, ClassificationService, EmbeddingService)
 ServiceFactory = Callable[[Artifact, dict[str, GraphSession], Settings, Metrics], Service]
 
 # Each task's service, built from its artifact and graph sessions (contract/kinds.py names the roles).
@@ -53,6 +53,16 @@ class ModelInfo:
     artifact: Artifact
     sessions: dict[str, GraphSession]
     loaded_at: float
+
+
+class DefaultService(Generic[S]):
+    """An Engine attribute that reads as the default model of one service type (None where none is loaded)."""
+
+    def __init__(self, kind: type[S]) -> None:
+        self.kind: type[S] = kind
+
+    def __get__(self, engine: Engine, owner: type[Engine]) -> S | None:
+        return engine.default(self.kind)
 
 
 class Engine:
@@ -135,13 +145,9 @@ class Engine:
         """Validate and queue a job on its model (`job.model`, or the task's default); raises an
         EngineError (422, 404, 429) with nothing queued. Long texts are tokenized off the event loop.
         Every protocol's requests come through here."""
-        if isinstance(job, GenerationJob):
-            return await self.require_generator(job.model).submit(job)
-        if isinstance(job, TranslationJob):
-            return await self.require_translator(job.model).submit(job)
-        if isinstance(job, EmbeddingJob):
-            return await self.require_embedder(job.model).submit(job)
-        return await self.require_classifier(job.model).submit(job)
+        service: Any = self.resolve(job.model, job.task)  # the service of job.task: it takes this job
+        handle: Handle[Any, Any] = await service.submit(job)
+        return handle
 
     def model_names(self, task: str) -> list[str]:
         """The loaded models of ``task``, the default (first) one first."""
@@ -174,34 +180,19 @@ class Engine:
     def _default(self, task: str) -> Service | None:
         return next((s for s in self.services.values() if s.artifact.task == task), None)
 
-    # The task services' own interfaces, typed (the same resolver).
-    @property
-    def translator(self) -> TranslationService | None:
-        return _as(self._default("translation"), TranslationService)
+    def default(self, kind: type[S]) -> S | None:
+        """The default model of ``kind``'s task, as that service; None where none is loaded."""
+        return _as(self._default(kind.task), kind)
 
-    @property
-    def generator(self) -> GenerationService | None:
-        return _as(self._default("generation"), GenerationService)
+    def require(self, kind: type[S], model: str | None = None) -> S:
+        """``model`` (None: the task's default) as the service ``kind``; ModelNotLoaded where it is not one."""
+        return _must(self.resolve(model, kind.task), kind)
 
-    @property
-    def classifier(self) -> ClassificationService | None:
-        return _as(self._default("classification"), ClassificationService)
-
-    @property
-    def embedder(self) -> EmbeddingService | None:
-        return _as(self._default("embedding"), EmbeddingService)
-
-    def require_translator(self, model: str | None = None) -> TranslationService:
-        return _must(self.resolve(model, "translation"), TranslationService)
-
-    def require_generator(self, model: str | None = None) -> GenerationService:
-        return _must(self.resolve(model, "generation"), GenerationService)
-
-    def require_classifier(self, model: str | None = None) -> ClassificationService:
-        return _must(self.resolve(model, "classification"), ClassificationService)
-
-    def require_embedder(self, model: str | None = None) -> EmbeddingService:
-        return _must(self.resolve(model, "embedding"), EmbeddingService)
+    # The tasks' default models, typed: engine.translator is engine.default(TranslationService).
+    translator = DefaultService(TranslationService)
+    generator = DefaultService(GenerationService)
+    classifier = DefaultService(ClassificationService)
+    embedder = DefaultService(EmbeddingService)
 
 
 def _as(service: Service | None, kind: type[S]) -> S | None:

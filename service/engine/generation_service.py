@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import ClassVar, cast
 
 from tokenizers import Encoding
 
+from contract.kinds import GENERATION
 from service.engine.attention import check_budget, check_length
 from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
@@ -38,6 +39,7 @@ class GenerationJob:
     """A generation request: `n` choices per prompt (choice i of prompt j is sequence j * n + i, as OpenAI
     numbers them), each with the job's options; `fields` names each prompt in errors."""
 
+    task: ClassVar[str] = GENERATION.name
     prompts: list[str | list[int]]
     fields: list[str]
     max_new_tokens: int | None = None  # None: the default; 0: nothing is generated (echo only)
@@ -80,6 +82,7 @@ class GenerationHandle(Handle[TokenEvent, GenerationResult]):
 
 
 class GenerationService(TaskService[GenerationSequence]):
+    task: ClassVar[str] = GENERATION.name
     warmup_texts = ("Warm up", "Warm up the server with a longer prompt, one that needs more tokens.")
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:

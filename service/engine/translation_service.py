@@ -4,10 +4,11 @@ builds one sequence per source text, and queues them on the model's scheduler.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
 from tokenizers import Encoding
 
+from contract.kinds import TRANSLATION
 from service.engine.attention import check_budget, check_length
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
@@ -35,6 +36,7 @@ class TranslationJob:
     """A translation request: one sequence per text; `fields` names each text in errors. With
     `params.stream`, one text whose events are a TranslationPiece per target token, then its result."""
 
+    task: ClassVar[str] = TRANSLATION.name
     texts: list[str]
     fields: list[str]
     params: TranslationParams
@@ -44,6 +46,7 @@ class TranslationJob:
 
 
 class TranslationService(TaskService[TranslationSequence]):
+    task: ClassVar[str] = TRANSLATION.name
     warmup_texts = ("Warm up.", "Warm up the server with a longer sentence, one that needs more tokens.")
 
     def __init__(
