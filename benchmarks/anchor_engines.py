@@ -755,8 +755,14 @@ def _generate(engine: Generating) -> Run:
     return engine.generate
 
 
-def _encode_rows(engine: Encoding) -> Run:
+def _encoding(engine: Encoding) -> Run:
     return engine.encode
+
+
+def encoder_rows(name: str, http: Callable[[Clients, Shapes], Client]) -> dict[str, Row[Encoding]]:
+    """An encoder's two rows: 32 concurrent single texts, and one text at a time."""
+    return {f"{name}_c32": Row(f"{name}, 32 concurrent single texts", "seq/s", 32, 128, _encoding, http),
+            f"{name}_c1": Row(f"{name}, one text at a time", "seq/s", 1, 128, _encoding, http)}
 
 
 ANCHOR_MODELS: dict[str, AnchorModel[Any]] = {model.name: model for model in (
@@ -790,12 +796,7 @@ ANCHOR_MODELS: dict[str, AnchorModel[Any]] = {model.name: model for model in (
     ),
     AnchorModel[Encoding](
         "classifier", "classifier",
-        rows={
-            "classifier_c32": Row("classifier, 32 concurrent single texts", "seq/s", 32, 128, _encode_rows,
-                                  lambda http, s: http.classify),
-            "classifier_c1": Row("classifier, one text at a time", "seq/s", 1, 128, _encode_rows,
-                                 lambda http, s: http.classify),
-        },
+        rows=encoder_rows("classifier", lambda http, s: http.classify),
         ct2=lambda setup: CT2Classifier(setup.work / "classifier" / "ct2", setup,
                                         setup.work / "classifier" / "hf" / "head.npz"),
         ours=lambda setup: OursClassifier(setup, _served(setup, "classifier")),
@@ -812,12 +813,7 @@ ANCHOR_MODELS: dict[str, AnchorModel[Any]] = {model.name: model for model in (
     ),
     AnchorModel[Encoding](  # served as it is (its weights come from a package)
         "embedder", "embedder",
-        rows={
-            "embedder_c32": Row("embedder, 32 concurrent single texts", "seq/s", 32, 128, _encode_rows,
-                                lambda http, s: http.embed),
-            "embedder_c1": Row("embedder, one text at a time", "seq/s", 1, 128, _encode_rows,
-                               lambda http, s: http.embed),
-        },
+        rows=encoder_rows("embedder", lambda http, s: http.embed),
         ct2=lambda setup: CT2Embedder(setup.work / "embedder" / "ct2", setup),
         ours=lambda setup: OursEmbedder(setup, _served(setup, "embedder")),
         hf=lambda setup: HFEmbedder(setup, "embedder"),
