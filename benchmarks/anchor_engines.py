@@ -123,7 +123,7 @@ def gpt2(d: dict[str, Any]) -> Any:
         bos_token_id=special["bos"], eos_token_id=special["eos"], pad_token_id=special["pad"]))
 
 
-def marian(d: dict[str, Any]) -> Any:
+def marian_mt(d: dict[str, Any]) -> Any:
     """Marian's pad token is its last one (the converter drops it again: one row more than ours), and its
     zero embedding starts the decoder, as CTranslate2's start_from_zero_embedding does."""
     import transformers
@@ -175,7 +175,7 @@ class Reference:
     """How a model's Hugging Face reference is built from our dims and converted for CTranslate2."""
 
     model: Callable[[dict[str, Any]], Any]  # our dims -> a random transformers model
-    marian: bool = False  # the converter's vocabulary gets Marian's `<pad>` last (converter_class)
+    marian: bool = False  # the converter's vocabulary gets Marian's `<pad>` last (convert)
     save: Callable[[Any, Path], None] | None = None  # what else the engines need beside the saved model
 
 
@@ -305,30 +305,21 @@ def exporter_digest() -> str:
 
 
 def convert(hf_dir: Path, ct2_dir: Path, marian: bool) -> None:
-    """CTranslate2's TransformersConverter on a saved transformers model."""
-    converter_class()(str(hf_dir), marian).convert(str(ct2_dir), force=True)
-
-
-def converter_class() -> type[Any]:
+    """CTranslate2's TransformersConverter on a saved transformers model. For Marian, the vocabulary gets the
+    `<pad>` the converter expects last (ours, at 0, is renamed)."""
     import ctranslate2
 
-    # ctranslate2 has no type information (pyproject.toml's overrides): its classes are Any to mypy.
-    class Converter(ctranslate2.converters.TransformersConverter):  # type: ignore[misc]  # subclassing Any
-        """For Marian, the vocabulary gets the `<pad>` the converter expects last (ours, at 0, is renamed)."""
+    converter = ctranslate2.converters.TransformersConverter(str(hf_dir))
+    if marian:
+        load = converter.load_tokenizer
+        converter.load_tokenizer = lambda *args, **kwargs: marian_vocabulary(load(*args, **kwargs))
+    converter.convert(str(ct2_dir), force=True)
 
-        def __init__(self, path: str, marian: bool) -> None:
-            super().__init__(path)
-            self.marian = marian
 
-        def load_tokenizer(self, tokenizer_class: Any, path: str, **kwargs: Any) -> Any:
-            tokenizer = super().load_tokenizer(tokenizer_class, path, **kwargs)
-            if not self.marian:
-                return tokenizer
-            tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
-            tokens = [("<ours:pad>" if t == "<pad>" else t) for t in tokens] + ["<pad>"]
-            return _Vocabulary(tokenizer, {t: i for i, t in enumerate(tokens)})
-
-    return Converter
+def marian_vocabulary(tokenizer: Any) -> _Vocabulary:
+    tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+    tokens = [("<ours:pad>" if t == "<pad>" else t) for t in tokens] + ["<pad>"]
+    return _Vocabulary(tokenizer, {t: i for i, t in enumerate(tokens)})
 
 
 class _Vocabulary:
@@ -792,7 +783,7 @@ ANCHOR_MODELS: dict[str, AnchorModel[Any]] = {model.name: model for model in (
         ct2=lambda setup: CT2Translator(setup.work / "translator" / "ct2", setup),
         ours=lambda setup: OursTranslator(setup, _served(setup, "translator")),
         hf=lambda setup: HFTranslator(setup, "translator"),
-        reference=Reference(marian, marian=True), export=export_random_weights,
+        reference=Reference(marian_mt, marian=True), export=export_random_weights,
     ),
     AnchorModel[Encoding](
         "classifier", "classifier",
@@ -837,7 +828,7 @@ ANCHOR_MODELS: dict[str, AnchorModel[Any]] = {model.name: model for model in (
         server=LLAMA,
     ),
 )}
-# Our artifacts the rows read from --artifacts, in the table's order.
+# Our artifacts the rows read from --artifacts, in the table's order (each also names its float32 model).
 KINDS = tuple(dict.fromkeys(m.artifact for m in ANCHOR_MODELS.values() if m.build is None))
 ROWS: dict[str, Row[Any]] = {row: spec for m in ANCHOR_MODELS.values() for row, spec in m.rows.items()}
 PARTS = {row: m.name for m in ANCHOR_MODELS.values() for row in m.rows}  # the model each row runs on
