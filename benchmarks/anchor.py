@@ -49,20 +49,18 @@ from typing import Any
 import numpy as np
 
 from benchmarks.anchor_engines import (
-    EMBEDDER,
+    ANCHOR_MODELS,
     KINDS,
-    LLAMA,
-    LLAMA_SIZES,
     PARTS,
+    ROWS,
     SOURCE,
     TEXT,
+    AnchorModel,
     Shapes,
     build_hf_and_ct2,
-    build_llama,
     dims,
     export_random,
     exporter_digest,
-    kv_bytes_per_token,
     shape_options,
 )
 from benchmarks.http_floor import FloorServer
@@ -80,26 +78,15 @@ from benchmarks.serving import (
     process_cpu_seconds,
 )
 
-ROWS: dict[str, tuple[str, str, int, int]] = {
-    "generator_c16": ("generator, 16 concurrent requests", "tok/s", 16, 48),
-    "generator_c16_stream": ("generator, 16 concurrent, streamed", "tok/s", 16, 48),
-    "generator_c1": ("generator, one request at a time", "tok/s", 1, 6),
-    "translator_beam4_c16": ("translator, 16 concurrent, beam 4", "tok/s", 16, 32),
-    "translator_greedy_c16": ("translator, 16 concurrent, greedy", "tok/s", 16, 48),
-    "classifier_c32": ("classifier, 32 concurrent single texts", "seq/s", 32, 128),
-    "classifier_c1": ("classifier, one text at a time", "seq/s", 1, 128),
-    "generator_int8_c16": ("int8 generator, 16 concurrent (vs CT2 int8)", "tok/s", 16, 48),
-    "embedder_c32": ("embedder, 32 concurrent single texts", "seq/s", 32, 128),
-    "embedder_c1": ("embedder, one text at a time", "seq/s", 1, 128),
-    "llama_c16": ("Llama-shaped (grouped-query) generator, 16 concurrent", "tok/s", 16, 48),
-    "llama_c1": ("Llama-shaped generator, one request at a time", "tok/s", 1, 6),
-}
-SERVER_OF = {"generator_int8_c16": "int8", "llama_c16": LLAMA, "llama_c1": LLAMA}  # else the float32 server
+
+def model_of(row: str) -> AnchorModel[Any]:
+    """The model a row runs on (benchmarks/anchor_engines.py's ANCHOR_MODELS)."""
+    return ANCHOR_MODELS[PARTS[row]]
 
 
 def row_kind(row: str) -> str:
-    """The artifact a row runs on (the streamed generator row has no part of its own)."""
-    return PARTS.get(row, "generator").removesuffix("-int8")
+    """The artifact a row runs on."""
+    return model_of(row).artifact
 
 
 class Ours:
@@ -110,8 +97,8 @@ class Ours:
         self.gaps: list[list[float]] = []  # per streamed request: its inter-token gaps, seconds
         self.lengths: list[int] = []
 
-    def generate(self, stream: bool, model: str = "generator") -> Client:
-        body = {"model": model, "prompt": self.s.prompt_for(model), "max_new_tokens": self.s.new_tokens,
+    def generate(self, stream: bool, model: str, prompt: list[int]) -> Client:
+        body = {"model": model, "prompt": prompt, "max_new_tokens": self.s.new_tokens,
                 "ignore_eos": True, "temperature": 0.0, "stream": stream}
 
         async def call(conn: Connection) -> tuple[int, float | None]:
@@ -148,7 +135,7 @@ class Ours:
         return 1, None
 
     async def embed(self, conn: Connection) -> tuple[int, float | None]:
-        status, data, _, _ = await conn.post("/v1/embeddings", {"model": EMBEDDER, "input": TEXT})
+        status, data, _, _ = await conn.post("/v1/embeddings", {"model": "embedder", "input": TEXT})
         _ok(status, data)
         self.lengths.append(0)
         return 1, None
@@ -204,12 +191,8 @@ class Worker:
 
 def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, workers: dict[tuple[str, str], Worker],
                   scale: float, rows: list[str]) -> dict[str, Any]:
-    clients = {"generator_c16": ours.generate(False), "generator_c16_stream": ours.generate(True),
-               "generator_c1": ours.generate(False), "translator_beam4_c16": ours.translate(4),
-               "translator_greedy_c16": ours.translate(1), "classifier_c32": ours.classify,
-               "classifier_c1": ours.classify, "generator_int8_c16": ours.generate(False),
-               "embedder_c32": ours.embed, "embedder_c1": ours.embed,
-               "llama_c16": ours.generate(False, LLAMA), "llama_c1": ours.generate(False, LLAMA)}
+    clients = {key: ROWS[key].http(ours, ours.s) for key in rows}
+
     def ours_cpu() -> float:
         processes: list[Server | Worker] = [*servers.values(), *workers.values()]
         return (client_cpu_seconds() + process_cpu_seconds(floor.proc.pid)
@@ -217,10 +200,10 @@ def measure_round(servers: dict[str, Server], floor: FloorServer, ours: Ours, wo
 
     out: dict[str, Any] = {}
     for key in rows:
-        _, _, concurrency, base = ROWS[key]
-        requests = max(concurrency, round(base * scale))
+        concurrency = ROWS[key].concurrency
+        requests = max(concurrency, round(ROWS[key].requests * scale))
         before = (time.perf_counter(), machine_cpu_seconds(), ours_cpu())
-        url = servers[SERVER_OF.get(key, "float32")].url
+        url = servers[model_of(key).server].url
         row: dict[str, Any] = {"lengths": {}}
         row["ours"], lengths = over_http(url, ours, clients[key], concurrency, requests)
         row["lengths"]["ours"] = sorted(set(lengths))
@@ -264,7 +247,7 @@ def summarize(rounds: list[dict[str, Any]], rows: list[str], shapes: Shapes) -> 
 
     out: dict[str, Any] = {}
     for key in rows:
-        workload, unit, concurrency, _ = ROWS[key]
+        workload, unit, concurrency = ROWS[key].workload, ROWS[key].unit, ROWS[key].concurrency
         per = [r[key] for r in rounds]
         lengths = per[-1]["lengths"]
         out[key] = {
@@ -359,13 +342,15 @@ def main() -> None:
     if "generator_c16_stream" in asked:  # it reuses the other engines' generator_c16 numbers
         asked.add("generator_c16")
     present = tuple(k for k in KINDS if (args.artifacts / k / "config.json").is_file())
-    if missing := sorted({row_kind(r) for r in asked} - set(present) - {LLAMA}):  # the Llama is built here
+    built = {m.artifact for m in ANCHOR_MODELS.values() if m.build is not None}  # the Llama is built here
+    if missing := sorted({row_kind(r) for r in asked} - set(present) - built):
         if args.rows != parser.get_default("rows"):
             parser.error(f"--artifacts {args.artifacts} has no {', '.join(missing)}")
         print(f"no {', '.join(missing)} in {args.artifacts}: skipping its rows", flush=True)
         asked = {r for r in asked if row_kind(r) in present}
     rows = [r for r in ROWS if r in asked]  # the table's order, whatever the order asked
     kinds = tuple(k for k in KINDS if k in {row_kind(r) for r in rows})
+    models = [ANCHOR_MODELS[p] for p in sorted(parts_of(rows))]
     digest = hashlib.sha256(json.dumps([dims(args.artifacts / k) for k in present]).encode()).hexdigest()[:12]
     work = args.work or Path(tempfile.gettempdir()) / f"bench-anchor-{digest}"
     with warnings.catch_warnings():
@@ -373,11 +358,8 @@ def main() -> None:
         build_hf_and_ct2(args.artifacts, work, kinds)
         if args.ours == "random":
             export_random(args.artifacts, work / f"ours-{exporter_digest()}", kinds)
-        llama_served = build_llama(work, args.llama_size) if LLAMA in parts_of(rows) else None
-    if llama_served is not None:
-        c = LLAMA_SIZES[args.llama_size]
-        print(f"Llama-shaped model ({args.llama_size}): {c}, KV cache {kv_bytes_per_token(args.llama_size):,} bytes "
-              "per token (key/value heads only, float32)", flush=True)
+        # Models built here, each served by a server of its own.
+        own_servers = {m.server: (m.build(work, args.llama_size), m.artifact) for m in models if m.build is not None}
     if args.prepare_only:
         print(f"models in {work}")
         return
@@ -387,19 +369,18 @@ def main() -> None:
     argv = ["--artifacts", str(served), "--work", str(work), "--threads", str(args.threads),
             "--prompt-tokens", str(args.prompt_tokens), "--new-tokens", str(args.new_tokens),
             "--target-tokens", str(args.target_tokens), "--llama-size", args.llama_size]
-    parts = parts_of(rows)
     engines = ("engine", "ct2") if args.no_hf else ("engine", "ct2", "hf")
-    workers = {(e, p): Worker(e, p, argv) for e in engines for p in sorted(parts)
-               if (e, p) not in (("hf", "generator-int8"), ("hf", LLAMA))}  # no int8 or Llama HF row
+    workers = {(e, m.name): Worker(e, m.name, argv) for e in engines for m in models
+               if m.loader(e) is not None}  # no int8 or Llama HF row
     settings = {"max_new_tokens": max(args.new_tokens, args.target_tokens, 256)} | extra
     # The rows' models; the int8 server (for its one row) without the embedder, whose graph is float32 only.
     servers = {"float32": Server(served, args.threads, models=",".join(kinds), **settings)} if kinds else {}
-    if llama_served is not None:
-        servers[LLAMA] = Server(llama_served, args.threads, models=LLAMA, **settings)
-    if "generator_int8_c16" in rows:
-        int8_models = ",".join(k for k in kinds if k != EMBEDDER)
+    for name, (folder, artifact) in own_servers.items():
+        servers[name] = Server(folder, args.threads, models=artifact, **settings)
+    if any(m.server == "int8" for m in models):
+        int8_models = ",".join(k for k in kinds if ANCHOR_MODELS[k].int8_graphs)
         servers["int8"] = Server(served, args.threads, quantization="int8", models=int8_models, **settings)
-    dimensions = dims(served / EMBEDDER)["d_model"] if EMBEDDER in kinds else 8
+    dimensions = next((m.floor_dimensions(served / m.artifact) for m in models if m.floor_dimensions), 8)
     floor = FloorServer(free_port(), dimensions)
     try:
         with contextlib.ExitStack() as stack:
@@ -408,7 +389,7 @@ def main() -> None:
             stack.enter_context(floor)
             for worker in workers.values():
                 worker.ask({})  # its "ready" line
-            agreement = check_llama_tokens(workers, shapes) if LLAMA in parts else None
+            checks = {m.name: check_tokens(workers, shapes, m) for m in models if m.check is not None}
             rounds = []
             for i in range(args.rounds):
                 print(f"round {i + 1} of {args.rounds}", flush=True)
@@ -431,7 +412,7 @@ def main() -> None:
                    "source_tokens": len(shapes.source), "target_tokens": shapes.target_tokens,
                    "text_tokens": len(shapes.text), "embed_tokens": len(shapes.embed_text)},
         "rows": summary,
-        **({"llama": llama_facts(args.llama_size, agreement)} if agreement is not None else {}),
+        **{m.name: m.check.facts(args.llama_size, checks[m.name]) for m in models if m.check is not None},
         "rounds": rounds,
     }
     print()
@@ -442,27 +423,19 @@ def main() -> None:
 
 
 def parts_of(rows: list[str]) -> set[str]:
-    return {PARTS[row] for row in rows if row in PARTS}
+    return {PARTS[row] for row in rows}
 
 
-def check_llama_tokens(workers: dict[tuple[str, str], Worker], shapes: Shapes) -> dict[str, Any]:
+def check_tokens(workers: dict[tuple[str, str], Worker], shapes: Shapes, model: AnchorModel[Any]) -> dict[str, Any]:
     """Greedy tokens of ours in process and CTranslate2 on the same prompts (same weights): equal or not."""
+    assert model.check is not None
     prompts = shapes.check_prompts
-    tokens = {name: workers[name, LLAMA].ask({"greedy": prompts})["tokens"] for name in ("engine", "ct2")}
+    tokens = {name: workers[name, model.name].ask({"greedy": prompts})["tokens"] for name in ("engine", "ct2")}
     same = [a == b for a, b in zip(tokens["engine"], tokens["ct2"], strict=False)]
-    print(f"Llama-shaped greedy tokens, ours vs CTranslate2: {sum(same)} of {len(same)} prompts agree "
+    print(f"{model.check.label} greedy tokens, ours vs CTranslate2: {sum(same)} of {len(same)} prompts agree "
           f"(prompt lengths {[len(p) for p in prompts]})", flush=True)
     return {"agree": all(same), "prompts_agreeing": sum(same), "prompts": len(same),
             "prompt_tokens": [len(p) for p in prompts], "tokens": tokens}
-
-
-def llama_facts(size: str, agreement: dict[str, Any]) -> dict[str, Any]:
-    """The Llama-shaped model's dims, its KV cache per token (key/value heads only) and the token check."""
-    c = LLAMA_SIZES[size]
-    full = kv_bytes_per_token(size) * c["num_attention_heads"] // c["num_key_value_heads"]
-    return {"size": size, "config": c, "d_head": c["hidden_size"] // c["num_attention_heads"],
-            "kv_cache_bytes_per_token": kv_bytes_per_token(size), "kv_bytes_per_token_every_head": full,
-            "greedy_tokens": agreement}
 
 
 def versions() -> dict[str, str]:

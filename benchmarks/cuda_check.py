@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from benchmarks import timing
 from contract.names import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS
 from service.runtime.artifact import load_artifact
 from service.runtime.checks import check_artifact
@@ -77,13 +76,8 @@ def greedy(session: GraphSession, prompts: np.ndarray, steps: int) -> tuple[list
 
 
 def median_ms(fn: Callable[[], Any]) -> float:
-    fn()  # warm-up (CUDA: kernels chosen, memory arena grown)
-    times = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
+    """After one untimed call (CUDA: kernels chosen, memory arena grown), the median of REPEATS."""
+    return timing.median_ms(fn, REPEATS)
 
 
 def step_timer(session: GraphSession, batch: int, past_len: int) -> Callable[[], Any]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import onnxruntime as ort
 import torch
 from tokenizers import Tokenizer
 
+from benchmarks import timing
 from model.export.graphs import round_weights_to_fp16
 from model.kinds import config_from_dict, model_kind
 from model.network.translator import Translator
@@ -44,15 +45,8 @@ def session(path: Path, threads: int) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def median_ms(fn: Callable[[], Any], repeat: int = 30, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+def median_ms(fn: Callable[[], Any], repeat: int = 30) -> float:
+    return timing.median_ms(fn, repeat, warmup=3)
 
 
 def kv(prefix: str, n_layers: int, shape: tuple[int, ...], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -60,34 +54,60 @@ def kv(prefix: str, n_layers: int, shape: tuple[int, ...], rng: np.random.Genera
             for i in range(n_layers) for k in ("key", "value")}
 
 
-def decoder_feeds(config: dict[str, Any], past_len: int, new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Batch-1 inputs for the generator or translator decoder: `new` tokens after `past_len` cached ones."""
+Feeds = dict[str, np.ndarray]
+Past = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """What a decoder's cached step takes beside the tokens and its own cache, and how PyTorch runs it."""
+
+    layers: str  # the dims field of its layer count
+    extra_feeds: Callable[[dict[str, Any], np.random.Generator], Feeds]  # (dims, rng) -> more inputs
+    torch_step: Callable[[torch.nn.Module, dict[str, torch.Tensor], Past], Callable[[], Any]]
+
+
+def no_feeds(d: dict[str, Any], rng: np.random.Generator) -> Feeds:
+    return {}
+
+
+def cross_feeds(d: dict[str, Any], rng: np.random.Generator) -> Feeds:
+    """The encoder's side of a translator decoder step: a 32-token source, its cross-attention keys and values."""
+    src = 32
+    return {"encoder_attention_mask": np.ones((1, src), dtype=np.int64),
+            **kv("cross", d["n_decoder_layers"], (1, d["n_heads"], src, d["d_head"]), rng)}
+
+
+def generator_step(model: torch.nn.Module, t: dict[str, torch.Tensor], past: Past) -> Callable[[], Any]:
+    return lambda: model(t["input_ids"], t["attention_mask"], t["position_ids"], past)
+
+
+def translator_step(model: torch.nn.Module, t: dict[str, torch.Tensor], past: Past) -> Callable[[], Any]:
+    cross = [(t[f"cross.{i}.key"], t[f"cross.{i}.value"]) for i in range(len(past))]
+    assert isinstance(model, Translator)  # the translator kind's network: the decoder step is its decode()
+    translator = model
+    return lambda: translator.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
+                                     t["encoder_attention_mask"], cross, past)
+
+
+def decoder_feeds(config: dict[str, Any], decoder: Decoder, past_len: int, new: int,
+                  rng: np.random.Generator) -> Feeds:
+    """Batch-1 inputs for a decoder: `new` tokens after `past_len` cached ones."""
     d = config["dims"]
-    layers = d.get("n_layers", d.get("n_decoder_layers"))
     feeds = {
         "input_ids": rng.integers(4, config["vocab_size"], (1, new)).astype(np.int64),
         "attention_mask": np.ones((1, past_len + new), dtype=np.int64),
         "position_ids": np.arange(past_len, past_len + new, dtype=np.int64)[None],
-        **kv("past_key_values", layers, (1, d.get("n_kv_heads", d["n_heads"]), past_len, d["d_head"]), rng),
+        **kv("past_key_values", d[decoder.layers], (1, d.get("n_kv_heads", d["n_heads"]), past_len, d["d_head"]), rng),
     }
-    if config["task"] == "translation":
-        src = 32
-        feeds["encoder_attention_mask"] = np.ones((1, src), dtype=np.int64)
-        feeds |= kv("cross", layers, (1, d["n_heads"], src, d["d_head"]), rng)
-    return feeds
+    return feeds | decoder.extra_feeds(d, rng)
 
 
-def torch_step(model: torch.nn.Module, config: dict[str, Any], feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+def torch_step(model: torch.nn.Module, config: dict[str, Any], decoder: Decoder, feeds: Feeds) -> Callable[[], Any]:
     t = {k: torch.from_numpy(v) for k, v in feeds.items()}
-    layers = config["dims"].get("n_layers", config["dims"].get("n_decoder_layers"))
+    layers = config["dims"][decoder.layers]
     past = [(t[f"past_key_values.{i}.key"], t[f"past_key_values.{i}.value"]) for i in range(layers)]
-    if config["task"] == "translation":
-        cross = [(t[f"cross.{i}.key"], t[f"cross.{i}.value"]) for i in range(layers)]
-        assert isinstance(model, Translator)  # the translator kind's network: the decoder step is its decode()
-        translator = model
-        return lambda: translator.decode(t["input_ids"], t["attention_mask"], t["position_ids"],
-                                    t["encoder_attention_mask"], cross, past)
-    return lambda: model(t["input_ids"], t["attention_mask"], t["position_ids"], past)
+    return decoder.torch_step(model, t, past)
 
 
 def reference_model(folder: Path, run_dir: Path) -> tuple[torch.nn.Module, str]:
@@ -101,14 +121,14 @@ def reference_model(folder: Path, run_dir: Path) -> tuple[torch.nn.Module, str]:
     return model.eval(), "random (same architecture; timing only)"
 
 
-def bench_decoder(folder: Path, runs: Path, threads: int) -> dict[str, Any]:
+def bench_decoder(folder: Path, decoder: Decoder, runs: Path, threads: int) -> dict[str, Any]:
     config = json.loads((folder / "config.json").read_text())
     role = "decoder"
     graph = config["graphs"][role]
     fp32, int8 = session(folder / graph["file"], threads), session(folder / graph["int8_file"], threads)
     rng = np.random.default_rng(0)
-    step = decoder_feeds(config, CONTEXT - 1, 1, rng)
-    full = decoder_feeds(config, 0, CONTEXT, rng)
+    step = decoder_feeds(config, decoder, CONTEXT - 1, 1, rng)
+    full = decoder_feeds(config, decoder, 0, CONTEXT, rng)
     logits_only = ["logits"]
     model, weights = reference_model(folder, runs / config["name"])
     round_weights_to_fp16(model)
@@ -117,7 +137,7 @@ def bench_decoder(folder: Path, runs: Path, threads: int) -> dict[str, Any]:
         results = {
             "ort_cached_step_ms": median_ms(lambda: fp32.run(logits_only, step)),
             "ort_full_recompute_ms": median_ms(lambda: fp32.run(logits_only, full), repeat=10),
-            "torch_cached_step_ms": median_ms(torch_step(model, config, step)),
+            "torch_cached_step_ms": median_ms(torch_step(model, config, decoder, step)),
             "ort_int8_cached_step_ms": median_ms(lambda: int8.run(logits_only, step)),
         }
     results["cached_vs_recompute_speedup"] = results["ort_full_recompute_ms"] / results["ort_cached_step_ms"]
@@ -126,7 +146,8 @@ def bench_decoder(folder: Path, runs: Path, threads: int) -> dict[str, Any]:
     return {**{k: round(v, 3) for k, v in results.items()}, "torch_weights": weights}
 
 
-def classifier_accuracy(folder: Path, data: Path, threads: int) -> dict[str, float]:
+def classifier_accuracy(folder: Path, args: argparse.Namespace) -> dict[str, float]:
+    data, threads = args.data, args.threads
     config = json.loads((folder / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.enable_truncation(config["max_positions"])
@@ -175,9 +196,10 @@ def greedy_translate(encoder: ort.InferenceSession, decoder: ort.InferenceSessio
     return out
 
 
-def translator_bleu(folder: Path, data: Path, threads: int, sentences: int) -> dict[str, float]:
+def translator_bleu(folder: Path, args: argparse.Namespace) -> dict[str, float]:
     import sacrebleu
 
+    data, threads, sentences = args.data, args.threads, args.bleu_sentences
     config = json.loads((folder / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     rows = [json.loads(line) for line in (data / "translation" / "test.jsonl").read_text().splitlines()][:sentences]
@@ -195,9 +217,10 @@ def translator_bleu(folder: Path, data: Path, threads: int, sentences: int) -> d
     return out
 
 
-def generator_perplexity(folder: Path, data: Path, threads: int, tokens: int) -> dict[str, float]:
+def generator_perplexity(folder: Path, args: argparse.Namespace) -> dict[str, float]:
     from model.tasks.generation import load_stream
 
+    data, threads, tokens = args.data, args.threads, args.ppl_tokens
     config = json.loads((folder / "config.json").read_text())
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     stream = load_stream(tokenizer, data / "generation" / "test.txt", config["special_tokens"]["eos"])[: tokens + 1]
@@ -224,6 +247,21 @@ def generator_perplexity(folder: Path, data: Path, threads: int, tokens: int) ->
     return out
 
 
+@dataclass(frozen=True)
+class GraphModel:
+    """One artifact this benchmark measures: its decoder's cached step (if it decodes), its int8 quality."""
+
+    int8_quality: Callable[[Path, argparse.Namespace], dict[str, float]]  # (its folder, the arguments)
+    decoder: Decoder | None = None
+
+
+GRAPH_MODELS = {
+    "generator": GraphModel(generator_perplexity, Decoder("n_layers", no_feeds, generator_step)),
+    "translator": GraphModel(translator_bleu, Decoder("n_decoder_layers", cross_feeds, translator_step)),
+    "classifier": GraphModel(classifier_accuracy),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", type=Path, default=Path("artifacts"))
@@ -234,14 +272,12 @@ def main() -> None:
     parser.add_argument("--ppl-tokens", type=int, default=20_000)
     parser.add_argument("--out", type=Path, default=Path("bench_results/export.json"))
     args = parser.parse_args()
-    report: dict[str, dict[str, Any]] = {}
-    for name in ("generator", "translator"):
-        report[name] = {"decode_step": bench_decoder(args.artifacts / name, args.runs, args.threads)}
-    report["generator"]["int8_quality"] = generator_perplexity(args.artifacts / "generator", args.data, args.threads,
-                                                               args.ppl_tokens)
-    report["translator"]["int8_quality"] = translator_bleu(args.artifacts / "translator", args.data, args.threads,
-                                                           args.bleu_sentences)
-    report["classifier"] = {"int8_quality": classifier_accuracy(args.artifacts / "classifier", args.data, args.threads)}
+    report: dict[str, dict[str, Any]] = {name: {} for name in GRAPH_MODELS}
+    for name, model in GRAPH_MODELS.items():  # every decode step first, then the quality runs
+        if model.decoder is not None:
+            report[name]["decode_step"] = bench_decoder(args.artifacts / name, model.decoder, args.runs, args.threads)
+    for name, model in GRAPH_MODELS.items():
+        report[name]["int8_quality"] = model.int8_quality(args.artifacts / name, args)
 
     meta = {"threads": args.threads, "context": CONTEXT, "onnxruntime": ort.__version__, "torch": torch.__version__,
             "command": "python -m benchmarks.graphs " + f"--threads {args.threads}"}

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from harness.reliability.harness import wait_until_ready
 from service.runtime.artifact import load_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
 
@@ -288,17 +289,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}")
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("the server did not become ready")
+        wait_until_ready(self.proc, self.url, timeout, poll_s=0.2)
 
     def __enter__(self) -> Server:
         self.wait_ready()

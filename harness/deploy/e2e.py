@@ -207,11 +207,15 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
         tasks = {card["id"]: card["task"] for card in cards.values()}
         return f"{tasks}, all on {exp['provider']}"
 
+    def one_by_one(cases: list[dict[str, Any]], path: str, key: str) -> Iterator[tuple[dict[str, Any], Any]]:
+        """Each case's text in a request of its own: the case, and the one result under `key`."""
+        for case in cases:
+            (result,) = ok(client.post(path, {"text": case["text"]}), path)[key]
+            yield case, result
+
     def translate() -> str:
         outputs = []
-        for case in exp["translate"]:
-            data = ok(client.post("/v1/translate", {"text": case["text"]}), "/v1/translate")
-            (result,) = data["translations"]
+        for case, result in one_by_one(exp["translate"], "/v1/translate", "translations"):
             missing = has_words(result["text"], case["expect_words"])
             assert not missing, f"{case['text']!r} -> {result['text']!r}: missing {missing}"
             outputs.append(result["text"])
@@ -231,9 +235,7 @@ def check_all(client: Client, exp: dict[str, Any], quick: bool) -> int:
 
     def classify() -> str:
         labels = []
-        for case in exp["classify"]:
-            data = ok(client.post("/v1/classify", {"text": case["text"]}), "/v1/classify")
-            (result,) = data["results"]
+        for case, result in one_by_one(exp["classify"], "/v1/classify", "results"):
             assert result["label"] == case["label"], f"{case['text']!r} -> {result['label']} ({result['scores']})"
             assert abs(sum(result["scores"].values()) - 1) < 1e-3, result["scores"]
             labels.append(f"{result['label']} {result['score']:.2f}")

@@ -49,6 +49,26 @@ def rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
+def wait_until_ready(proc: subprocess.Popen[Any], url: str, timeout: float, poll_s: float,
+                     output: Callable[[], str] | None = None) -> None:
+    """Until GET {url}/ready answers 200. RuntimeError where the process exits first, TimeoutError after
+    `timeout` seconds; either message ends with the last of `output` (the server's log), if given."""
+    def tail() -> str:
+        return f":\n{output()[-3000:]}" if output is not None else ""
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}{tail()}")
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll_s)
+    raise TimeoutError(f"the server was not ready after {timeout}s{tail()}")
+
+
 @dataclass
 class Target:
     """A running server. `pid` is set when this process started it (RSS and exit status are readable);
@@ -102,17 +122,8 @@ class LocalServer:
         return self.log.read()
 
     def wait_ready(self, timeout: float = 120.0) -> Target:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return self.target()
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"the server was not ready after {timeout}s:\n{self.output()[-3000:]}")
+        wait_until_ready(self.proc, self.url, timeout, poll_s=0.1, output=self.output)
+        return self.target()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -224,6 +224,25 @@ async def _unread_answer(http: httpx.AsyncClient, target: Target, out: Outcome) 
     return _post("/v1/classify", {"text": [text] * count, "return_attention": True})
 
 
+async def _stuck_streams(http: httpx.AsyncClient, address: tuple[str, int], big: bytes, request_ids: list[str],
+                         max_new_tokens: int, readers: list[socket.socket]) -> float:
+    """A stream of `max_new_tokens` per request id ("": none), each on a connection of its own behind the
+    unread `big` answer; their sockets go into `readers`. Returns the classify answers counted before them."""
+    body = {"prompt": "Once", "max_new_tokens": max_new_tokens, "ignore_eos": True, "stream": True}
+    answered = _classified(await http.get("/metrics"))
+    for request_id in request_ids:
+        readers.append(await _stuck_reader(address, big + _post("/v1/generate", body, request_id)))
+    return answered
+
+
+async def _until_classified(http: httpx.AsyncClient, count: float, poll_s: float) -> None:
+    """Until `count` classify answers are counted, or 60 s. A stream starts when the answer before it is
+    written out (and counted), and its first send waits."""
+    deadline = time.monotonic() + 60
+    while _classified(await http.get("/metrics")) < count and time.monotonic() < deadline:
+        await asyncio.sleep(poll_s)
+
+
 async def _server_closed(sock: socket.socket, limit: float) -> bool:
     """Whether the server closes (or resets) the connection within `limit` s; what it sent is read and dropped."""
     loop = asyncio.get_running_loop()
@@ -255,14 +274,8 @@ async def stuck_readers(target: Target, streams: int = 4) -> Outcome:
             big = await _unread_answer(http, target, out)
             if big is None:
                 return out
-            body = {"prompt": "Once", "max_new_tokens": 240, "ignore_eos": True, "stream": True}
-            answered = _classified(await http.get("/metrics"))
-            for request_id in request_ids:
-                readers.append(await _stuck_reader(address, big + _post("/v1/generate", body, request_id)))
-            # A stream starts when the answer before it is written out (and counted), and its first send waits.
-            deadline = time.monotonic() + 60
-            while _classified(await http.get("/metrics")) < answered + streams and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            answered = await _stuck_streams(http, address, big, request_ids, 240, readers)
+            await _until_classified(http, answered + streams, poll_s=0.02)
             blocked = time.monotonic()
             held = metric((await http.get("/metrics")).text, "serve_inflight_requests")
             left = await _gauges(http)
@@ -315,18 +328,13 @@ async def stuck_drain(target: Target, streams: int = 4, uploads: int = 4) -> Out
             big = await _unread_answer(http, target, out)
             if big is None:
                 return out
-            body = {"prompt": "Once", "max_new_tokens": 8, "ignore_eos": True, "stream": True}
-            stream = _post("/v1/generate", body)
-            answered = _classified(await http.get("/metrics"))
-            readers = [await _stuck_reader(address, big + stream) for _ in range(streams)]
+            answered = await _stuck_streams(http, address, big, [""] * streams, 8, readers)
             for _ in range(uploads):
                 _reader, writer = await asyncio.open_connection(*address)
                 writer.write(_request("POST", "/v1/generate", b"{", length=100_000))
                 writers.append(writer)
                 trickles.append(asyncio.ensure_future(_trickle(writer)))
-            deadline = time.monotonic() + 60
-            while _classified(await http.get("/metrics")) < answered + streams and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await _until_classified(http, answered + streams, poll_s=0.05)
             await asyncio.sleep(1.0)  # a stream of 8 tokens whose sends did not block is over by now
             held = metric((await http.get("/metrics")).text, "serve_inflight_requests")
         target.terminate()
