@@ -1,5 +1,6 @@
-# make test   the fast lane: create .venv if missing, install .[train,dev], run the unit and API tests
-# make test-all   everything CI runs: the fast lane, then the slow tests (clients, reliability, imports, trainings)
+# make test   the fast lane: create .venv if missing, install .[train,dev], lint and type-check (make check),
+#             run the unit and API tests
+# make test-all   everything CI runs: make check, then every test (clients, reliability, imports, trainings)
 # make run    install the server's own dependencies and start it on http://localhost:8000
 # make artifacts  fetch the data, train the three models, export them to artifacts/ and measure the graphs
 # make e2e    build the Docker image and test the real container (needs ../shared/tools/docker-sandbox
@@ -12,7 +13,7 @@ PYTEST_ARGS ?=
 .PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv
 
 help:
-	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,6p'
+	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,7p'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,10 +33,10 @@ check: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: $(VENV)/.installed-dev
+test: check
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(VENV)/.installed-dev
+test-all: check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 run: $(VENV)/.installed-base

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.anchor import ROWS
-from benchmarks.anchor_engines import mean_pool
+from benchmarks.anchor_engines import ROWS, mean_pool
 
 REPO = Path(__file__).resolve().parents[2]
 
