@@ -22,13 +22,13 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from contract.kinds import TASKS
-from contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS
+from contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS, TensorSpec
 
 GOLDEN_FILE = "golden.json"
 TOKENIZER, CONFIG, FILES = "tokenizer", "config", "files"  # golden.json's sections besides the graph roles
@@ -51,23 +51,10 @@ CONFIG_FIELDS = ("vocab_size", "max_positions", "special_tokens", "labels", "dim
 CPU_TOLERANCE, DEVICE_TOLERANCE = (1e-2, 2e-2), (5e-2, 1e-1)
 
 
-class InputSpec(Protocol):
-    """What golden_inputs needs of a graph input (service.runtime.artifact.TensorSpec)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def shape(self) -> tuple[int | str, ...]: ...
-    @property
-    def default(self) -> int | None: ...
-
-
 # --- graphs -------------------------------------------------------------------------------------------
 
 
-def golden_inputs(vocab_size: int, inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+def golden_inputs(vocab_size: int, inputs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
     """Deterministic inputs for every required graph input, sized from the symbolic shapes in config.json
     (optional inputs keep their default, so adding one leaves the golden outputs as they were)."""
     rng = np.random.default_rng(0)

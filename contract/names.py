@@ -40,6 +40,16 @@ def layer_names(prefix: str, n_layers: int) -> list[str]:
 
 
 @dataclass(frozen=True)
+class TensorSpec:
+    """One graph input as config.json records it (the exporter writes it, the server and golden records read it)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]  # symbolic axes by name ("batch", "seq", "past", ...)
+    default: int | None = None  # an optional input: the value the graph uses when it is not fed
+
+
+@dataclass(frozen=True)
 class GraphIO:
     """The names of one graph, in the order the exporter writes them."""
 

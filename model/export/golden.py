@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +31,15 @@ from contract.golden import (
     summarize,
 )
 from contract.golden import golden_inputs as _golden_inputs
-from contract.names import ATTENTIONS
+from contract.names import ATTENTIONS, TensorSpec
 from contract.weights_package import WEIGHTS_PACKAGE, parse_weights_package
 
 __all__ = ["GOLDEN_FILE", "add_records", "golden_inputs", "open_session", "record_golden", "run_graph", "summarize"]
 
 
-@dataclass(frozen=True)
-class _Input:
-    """One input of a graph as config.json states it (contract.golden.InputSpec)."""
-
-    name: str
-    dtype: str
-    shape: tuple[int | str, ...]
-    default: int | None = None
-
-
 def golden_inputs(config: dict[str, Any], graph: dict[str, Any]) -> dict[str, np.ndarray]:
     """The fixed inputs of one graph of config.json (contract.golden.golden_inputs)."""
-    specs = [_Input(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
+    specs = [TensorSpec(i["name"], i["dtype"], tuple(i["shape"]), i.get("default")) for i in graph["inputs"]]
     return _golden_inputs(config["vocab_size"], specs)
 
 

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
 from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
-from contract.names import LOGITS_TO_KEEP
+from contract.names import LOGITS_TO_KEEP, TensorSpec
 from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 
@@ -30,14 +30,6 @@ GENERATION_DEFAULTS: dict[str, tuple[type, float, float, bool]] = {
 
 class ArtifactError(ValueError):
     """The artifact folder does not follow the contract; the message says where and how."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: str
-    shape: tuple[int | str, ...]
-    default: int | None = None  # an optional input: the value the graph uses when it is not fed
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,10 @@ from contract.names import (
     PAST,
     POSITION_IDS,
     TOKEN_TYPE_IDS,
+    TensorSpec,
     kv_names,
 )
-from service.runtime.artifact import Artifact, ArtifactError, TensorSpec
+from service.runtime.artifact import Artifact, ArtifactError
 from service.runtime.sessions import GraphSession, to_numpy
 
 log = logging.getLogger(__name__)

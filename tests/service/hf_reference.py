@@ -63,3 +63,17 @@ def serving_artifacts(serving: Serving, artifacts: Path) -> Serving:
         return serving(**{"artifacts_dir": artifacts, **overrides})
 
     return start
+
+
+async def served_translations(serving: Serving, name: str, sources: list[str], num_beams: int,
+                              max_new_tokens: int, **options: Any) -> list[dict[str, Any]]:
+    """/v1/translate of ``sources`` on ``name`` with the search transformers' generate() runs by default
+    (no n-gram ban, length penalty 1): the translations, in order."""
+    body = {"text": sources, "model": name, "num_beams": num_beams, "max_new_tokens": max_new_tokens,
+            "no_repeat_ngram_size": 0, "length_penalty": 1.0, **options}
+    async with serving(models=name) as s:
+        r = await s.client.post("/v1/translate", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == name
+        translations: list[dict[str, Any]] = r.json()["translations"]
+    return translations

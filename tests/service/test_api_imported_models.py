@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.importing import hf_parity
-from tests.service.hf_reference import Serving, generate, reference, serving_artifacts, tokenizer
+from tests.service.hf_reference import Serving, generate, reference, served_translations, serving_artifacts, tokenizer
 
 MAX_NEW = 8
 SOURCES = ["The movie was wonderful, a delight from start to finish.", "Dull.", "And God said, let there be light."]
@@ -43,13 +43,7 @@ async def test_translation_tokens_match_transformers(
     serving_imports: Any, hf_imports: Path, family: str, num_beams: int
 ) -> None:
     model, tok = reference(hf_imports, family), tokenizer(hf_imports, family)
-    async with serving_imports(models=family) as s:
-        r = await s.client.post("/v1/translate", json={
-            "text": SOURCES, "model": family, "num_beams": num_beams, "max_new_tokens": MAX_NEW,
-            "no_repeat_ngram_size": 0, "length_penalty": 1.0})
-        assert r.status_code == 200, r.text
-        served = [t["text"] for t in r.json()["translations"]]
-        assert r.json()["model"] == family
+    served = [t["text"] for t in await served_translations(serving_imports, family, SOURCES, num_beams, MAX_NEW)]
     for source, text in zip(SOURCES, served, strict=True):
         ids = torch.tensor([tok.encode(source).ids])
         out = generate(model, ids, num_beams=num_beams, do_sample=False, max_new_tokens=MAX_NEW, length_penalty=1.0,

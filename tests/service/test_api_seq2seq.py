@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
-from tests.service.hf_reference import Serving, generate, reference, serving_artifacts, tokenizer
+from tests.service.hf_reference import Serving, generate, reference, served_translations, serving_artifacts, tokenizer
 from tests.service.sse_events import events
 
 if TYPE_CHECKING:
@@ -55,12 +55,7 @@ async def test_t5_tokens_match_transformers(
     serving_seq2seq: Any, hf_seq2seq_imports: Path, name: str, num_beams: int
 ) -> None:
     model, tok = reference(hf_seq2seq_imports, name), tokenizer(hf_seq2seq_imports, name)
-    async with serving_seq2seq(models=name) as s:
-        r = await s.client.post("/v1/translate", json={
-            "text": T5_SOURCES, "model": name, "num_beams": num_beams, "n_best": num_beams, "max_new_tokens": MAX_NEW,
-            "no_repeat_ngram_size": 0, "length_penalty": 1.0})
-        assert r.status_code == 200, r.text
-        served = r.json()["translations"]
+    served = await served_translations(serving_seq2seq, name, T5_SOURCES, num_beams, MAX_NEW, n_best=num_beams)
     for source, translation in zip(T5_SOURCES, served, strict=True):
         tokens = expected_tokens(model, tok.encode(source).ids, num_beams, None)
         assert translation["text"] == tok.decode(tokens, skip_special_tokens=True), (source, num_beams)
