@@ -80,6 +80,18 @@ def render_with_maps(render: Callable[[], str]) -> str:
         return placeholders.fill(render())
 
 
+class JSONBytes(Response):
+    """A body already rendered as JSON. A route that returns its response model rendered by pydantic
+    (`model_dump_json`) skips FastAPI's second validation of it against `response_model`, which stays
+    declared for the OpenAPI document."""
+
+    media_type = "application/json"
+
+
+def json_response(model: BaseModel) -> JSONBytes:
+    return JSONBytes(model.model_dump_json(exclude_none=True).encode())
+
+
 def dump_json(model: BaseModel) -> bytes:
     placeholders = Placeholders()
     return placeholders.fill(model.model_dump_json(exclude_none=True, fallback=placeholders.of)).encode()

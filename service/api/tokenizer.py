@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
+from service.api.responses import JSONBytes
 from service.api.schemas import NonEmptyText, Request, Response
 from service.api.worker_slots import WorkerSlots
 from service.engine.token_count import count_past
@@ -36,10 +37,6 @@ def tokenizer_slots(app: Starlette) -> WorkerSlots:
         state.tokenizer_slots = WorkerSlots(TOKENIZER_WORKERS, TOKENIZER_WAITING, "tokenizer work")
     slots: WorkerSlots = state.tokenizer_slots
     return slots
-
-
-class JSONBytes(HttpResponse):
-    media_type = "application/json"
 
 
 def too_many_tokens(count: int, limit: int, field: str) -> ApiError:
