@@ -61,8 +61,8 @@ class DefaultService(Generic[S]):
     def __init__(self, kind: type[S]) -> None:
         self.kind: type[S] = kind
 
-    def __get__(self, engine: Engine, owner: type[Engine]) -> S | None:
-        return engine.default(self.kind)
+    def __get__(self, engine: Engine | None, owner: type[Engine]) -> S | None:
+        return None if engine is None else engine.default(self.kind)  # None: read on the class itself
 
 
 class Engine:
