@@ -1,6 +1,6 @@
 """The registry of tasks and model kinds: which graphs an artifact of each task has and what their
 inputs and outputs are called, which special tokens and dimensions its config.json must state, and
-which model kinds (our own, and the Hugging Face families the importer reads) serve each task.
+which of our model kinds serves each task (the Hugging Face families the importer reads are model/families/).
 
 config.json's ``task`` selects a `Task`; a model *kind* (translator, generator, classifier) is how
 model/ builds, trains and exports one, and the default folder (served) name of its artifact.
@@ -106,18 +106,16 @@ TASKS: dict[str, Task] = {t.name: t for t in (TRANSLATION, GENERATION, CLASSIFIC
 class Kind:
     name: str  # model/'s model kind, runs/<kind>/, and the default artifact folder (served name)
     task: Task
-    families: tuple[str, ...]  # Hugging Face config.json model_type values that import as this kind
 
 
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("translator", TRANSLATION, ("marian", "bart", "t5", "m2m_100")),
-        Kind("generator", GENERATION, ("gpt2", "llama", "qwen2", "mistral")),
-        Kind("classifier", CLASSIFICATION, ("bert", "roberta", "xlm-roberta", "distilbert")),
+        Kind("translator", TRANSLATION),
+        Kind("generator", GENERATION),
+        Kind("classifier", CLASSIFICATION),
     )
 }
-FAMILIES: dict[str, str] = {family: k.name for k in KINDS.values() for family in k.families}  # model_type -> kind
 
 
 def graph_file(role: str) -> str:
