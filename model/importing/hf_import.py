@@ -1,8 +1,8 @@
-"""Hugging Face-format checkpoints -> our model classes (the encoder and Llama-shaped decoder families of
-model/families/, GPT-2, Marian, BART).
+"""Hugging Face-format checkpoints -> our model classes, through the family records of model/families/
+(each family's shape, model/families/shapes.py, builds the model).
 
 A checkpoint folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``,
-read with ``weights_only=True``) and tokenizer files. Each family (model/families/) maps the HF config onto our config's
+read with ``weights_only=True``) and tokenizer files. Each family maps the HF config onto our config's
 options (model/network/config.py) and every HF tensor onto one of our parameters; the mapping is checked both
 ways: a checkpoint tensor nobody reads, or one of our parameters nobody fills, is an error that names
 them. A decoder's ``generation_config.json`` (end tokens, default sampling settings) goes into its config
