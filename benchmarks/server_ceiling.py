@@ -8,8 +8,17 @@ what limits a server whose model steps take a millisecond on a GPU.
 Rows: classify one request at a time and with 32 concurrent clients (requests/s), and 16 concurrent
 streams of generated tokens (tokens/s). Each row gives ours, the floor, ours / floor, and each server's CPU
 per request or per token: its process CPU time over the cell (the untimed warm-up requests counted too)
-divided by what it answered. Rates are the median over the rounds; ours and the floor alternate within a
-round. Prints a Markdown table and writes the JSON.
+divided by what it answered, and the part of it spent on the event loop's thread (the HTTP work,
+validation, tokenizing and rendering, apart from the engine's worker and ONNX Runtime threads). Rates are
+the median over the rounds; ours and the floor alternate within a round.
+
+One more table, ours alone: the 16 streams again, alone and while 32 classify clients run beside them (from a
+process of their own). For the streams: tokens/s, the time per output token (a request's first to last token
+over its tokens, p50 over the requests), the p99 of the gaps between consecutive token chunks a stream
+received, and p99 gap / p50 time per token: how long the worst stalls are against a steady stream. (The p50
+of the gaps themselves says little here: on 2 cores the client reads several tokens at once when it gets a
+core back, so most gaps are ~0.)
+Prints Markdown tables and writes the JSON.
 """
 
 from __future__ import annotations
@@ -17,17 +26,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import platform
 import statistics
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.http_floor import FloorServer
 from benchmarks.serving import (
     Client,
+    Connection,
     Server,
     classify,
     client_cpu_seconds,
@@ -35,11 +49,13 @@ from benchmarks.serving import (
     free_port,
     generate,
     machine_cpu_seconds,
+    main_thread_cpu_seconds,
     process_cpu_seconds,
 )
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64
+MIXED_STREAMS, MIXED_CLASSIFIERS, MIXED_STREAM_REQUESTS = 16, 32, 160
 
 
 @dataclass(frozen=True)
@@ -62,20 +78,87 @@ ROWS = (
 def measure(url: str, pid: int, row: Row, scale: float) -> dict[str, float]:
     """One cell: the rate, the server's CPU per unit answered, and the cores everything else used."""
     requests = max(row.concurrency, round(row.requests * scale))
-    cpu, machine, client = process_cpu_seconds(pid), machine_cpu_seconds(), client_cpu_seconds()
+    cpu, loop = process_cpu_seconds(pid), main_thread_cpu_seconds(pid)
+    machine, client = machine_cpu_seconds(), client_cpu_seconds()
     cell = asyncio.run(drive(url, row.name, row.client, row.concurrency, requests))
     if cell.errors:
         raise RuntimeError(f"{row.name}: {cell.errors} of {requests} requests failed")
     served = cell.tokens if row.unit == "tokens" else requests
     answered = served + row.concurrency * row.per_request  # drive's warm-up requests ran too
-    server_cpu = process_cpu_seconds(pid) - cpu
+    server_cpu, loop_cpu = process_cpu_seconds(pid) - cpu, main_thread_cpu_seconds(pid) - loop
     others = machine_cpu_seconds() - machine - server_cpu - (client_cpu_seconds() - client)
     return {"rate": served / cell.seconds, "cpu_us": 1e6 * server_cpu / answered,
-            "other_cores": max(0.0, others) / cell.seconds}
+            "loop_cpu_us": 1e6 * loop_cpu / answered, "other_cores": max(0.0, others) / cell.seconds}
 
 
-def run(rounds: int, threads: int, artifacts: Path, scale: float) -> dict[str, Any]:
+def classify_load(url: str, stop: Any) -> None:
+    """In a process of its own (so the streams' client reads its sockets on time): MIXED_CLASSIFIERS
+    clients classify back to back until `stop` is set."""
+
+    async def load() -> None:
+        host, port = url.removeprefix("http://").split(":")
+
+        async def client() -> None:
+            conn = Connection(host, int(port))
+            while not stop.is_set():
+                await classify(conn)
+            conn.close()
+
+        await asyncio.gather(*(client() for _ in range(MIXED_CLASSIFIERS)))
+
+    asyncio.run(load())
+
+
+async def streams(url: str, requests: int) -> tuple[int, list[float], list[float], float]:
+    """MIXED_STREAMS clients stream `requests` completions back to back: (tokens, the gaps between the chunks
+    of token events each stream received, each request's time per output token, seconds)."""
+    host, port = url.removeprefix("http://").split(":")
+    stream_client = generate(STREAM_TOKENS)
+    gaps: list[float] = []
+    per_token: list[float] = []
+    left, tokens = requests, 0
+
+    async def streamer() -> None:
+        nonlocal left, tokens
+        conn = Connection(host, int(port))
+        while left > 0:
+            left -= 1
+            conn.chunk_times = []
+            got, _ = await stream_client(conn)  # not `tokens += await ...`: that reads `tokens` before the await
+            tokens += got
+            gaps.extend(np.diff(conn.chunk_times))
+            per_token.append((conn.chunk_times[-1] - conn.chunk_times[0]) / (got - 1))
+        conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(streamer() for _ in range(MIXED_STREAMS)))
+    return tokens, gaps, per_token, time.perf_counter() - started
+
+
+def streams_beside_classify(url: str, scale: float) -> dict[str, float]:
+    """The streams' inter-token gaps and tokens/s while the classify load runs beside them, and without it."""
+    requests = max(MIXED_STREAMS, round(MIXED_STREAM_REQUESTS * scale))
+    out: dict[str, float] = {}
+    for beside in (False, True):
+        stop = multiprocessing.Event()
+        load = multiprocessing.Process(target=classify_load, args=(url, stop)) if beside else None
+        if load is not None:
+            load.start()
+            time.sleep(0.5)  # the classify load is running before the streams start
+        tokens, gaps, per_token, seconds = asyncio.run(streams(url, requests))
+        stop.set()
+        if load is not None:
+            load.join(timeout=30)
+        tpot, p99 = 1000 * float(np.median(per_token)), 1000 * float(np.percentile(gaps, 99))
+        suffix = "" if beside else "_alone"
+        out |= {f"tokens_per_s{suffix}": tokens / seconds, f"tpot_p50_ms{suffix}": tpot,
+                f"gap_p99_ms{suffix}": p99, f"gap_p99_per_tpot{suffix}": p99 / tpot}
+    return out
+
+
+def run(rounds: int, threads: int, artifacts: Path, scale: float) -> tuple[dict[str, Any], dict[str, float]]:
     cells: dict[str, dict[str, list[dict[str, float]]]] = {row.name: {"ours": [], "floor": []} for row in ROWS}
+    mixed: list[dict[str, float]] = []
     with Server(artifacts, threads, models="classifier,generator") as ours, FloorServer(free_port()) as floor:
         servers: dict[str, tuple[str, Callable[[], int]]] = {
             "ours": (ours.url, lambda: ours.proc.pid), "floor": (floor.url, lambda: floor.proc.pid)}
@@ -85,27 +168,36 @@ def run(rounds: int, threads: int, artifacts: Path, scale: float) -> dict[str, A
                     url, pid = servers[side]
                     cells[row.name][side].append(measure(url, pid(), row, scale))
                     print(f"round {r + 1} {row.name} {side}: {cells[row.name][side][-1]}", flush=True)
-    return {name: summarize(sides) for name, sides in cells.items()}
+            mixed.append(streams_beside_classify(ours.url, scale))
+            print(f"round {r + 1} streams beside classify: {mixed[-1]}", flush=True)
+    medians = {key: round(statistics.median(m[key] for m in mixed), 2) for key in mixed[0]}
+    return {name: summarize(sides) for name, sides in cells.items()}, medians
 
 
 def summarize(sides: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     def median(side: str, key: str) -> float:
         return statistics.median(c[key] for c in sides[side])
 
-    out = {f"{side}_{key}": round(median(side, key), 2) for side in sides for key in ("rate", "cpu_us")}
+    out = {f"{side}_{key}": round(median(side, key), 2) for side in sides for key in ("rate", "cpu_us", "loop_cpu_us")}
     out["ours_per_floor"] = round(median("ours", "rate") / median("floor", "rate"), 3)
     out["other_cores"] = round(max(c["other_cores"] for cells in sides.values() for c in cells), 2)
     return out
 
 
-def table(summary: dict[str, Any]) -> str:
-    lines = ["| row | ours /s | floor /s | ours / floor | server CPU per unit: ours | floor | other cores |",
-             "|---|---|---|---|---|---|---|"]
+def table(summary: dict[str, Any], mixed: dict[str, float]) -> str:
+    lines = ["| row | ours /s | floor /s | ours / floor | server CPU per unit: ours | of it, event loop | floor "
+             "| other cores |", "|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         s = summary[row.name]
         unit = "request" if row.unit == "requests" else "token"
         lines.append(f"| {row.name} | {s['ours_rate']:.0f} | {s['floor_rate']:.0f} | {s['ours_per_floor']:.2f} | "
-                     f"{s['ours_cpu_us']:.0f} us/{unit} | {s['floor_cpu_us']:.0f} us/{unit} | {s['other_cores']} |")
+                     f"{s['ours_cpu_us']:.0f} us/{unit} | {s['ours_loop_cpu_us']:.0f} us/{unit} | "
+                     f"{s['floor_cpu_us']:.0f} us/{unit} | {s['other_cores']} |")
+    lines += ["", f"| {MIXED_STREAMS} streams of {STREAM_TOKENS} tokens | tokens/s | time per token p50 ms "
+              "| inter-token gap p99 ms | gap p99 / time per token |", "|---|---|---|---|---|"]
+    for suffix, name in (("_alone", "alone"), ("", f"beside {MIXED_CLASSIFIERS} classify clients")):
+        lines.append(f"| {name} | {mixed['tokens_per_s' + suffix]:.0f} | {mixed['tpot_p50_ms' + suffix]} | "
+                     f"{mixed['gap_p99_ms' + suffix]} | {mixed['gap_p99_per_tpot' + suffix]} |")
     return "\n".join(lines)
 
 
@@ -119,12 +211,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = Path(tmp)
         export_tiny_artifacts(artifacts, ("classifier", "generator"))
-        summary = run(args.rounds, args.threads, artifacts, args.scale)
-    print(table(summary))
+        summary, mixed = run(args.rounds, args.threads, artifacts, args.scale)
+    print(table(summary, mixed))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {"command": "python -m benchmarks.server_ceiling " + " ".join(
         f"--{k} {v}" for k, v in (("rounds", args.rounds), ("threads", args.threads), ("scale", args.scale))),
-        "machine": platform.processor() or platform.machine(), "rows": summary}
+        "machine": platform.processor() or platform.machine(), "rows": summary,
+        f"{MIXED_STREAMS} streams beside {MIXED_CLASSIFIERS} classify clients": mixed}
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out}")
 

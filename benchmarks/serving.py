@@ -91,6 +91,9 @@ class Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.event_times: list[float] | None = None  # a list: each token event's arrival time is appended
+        # a list: the arrival time of each chunk that holds token events (a server may send several tokens
+        # in one chunk; the gap between chunks is what a reader of the stream waits, as vLLM's benchmark counts)
+        self.chunk_times: list[float] | None = None
 
     async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, int, float | None]:
         """Returns (status, body, SSE token events, seconds to the first token event)."""
@@ -118,6 +121,8 @@ class Connection:
                 first = time.perf_counter() - started
             if count and self.event_times is not None:
                 self.event_times += [time.perf_counter()] * count
+            if count and self.chunk_times is not None:
+                self.chunk_times.append(time.perf_counter())
             events += count
         await self.reader.readexactly(2)
         return status, data, events, first
@@ -251,7 +256,18 @@ def machine_cpu_seconds() -> float:
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU time (user + system) process `pid` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid`'s main thread alone: for `python -m service` (and the floor), the thread that
+    runs the event loop, so its growth is what the HTTP work, validation and response rendering cost, apart
+    from the engine's worker threads and ONNX Runtime's."""
+    return _cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _cpu_seconds(stat: Path) -> float:
+    fields = stat.read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

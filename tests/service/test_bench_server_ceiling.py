@@ -20,10 +20,17 @@ def test_server_ceiling_measures_ours_and_the_floor(tmp_path: Path) -> None:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    rows = json.loads(out.read_text())["rows"]
+    record = json.loads(out.read_text())
+    rows = record["rows"]
     assert set(rows) == {row.name for row in ROWS}
     for name, row in rows.items():
         assert row["ours_rate"] > 0 and row["floor_rate"] > 0, (name, row)
         assert row["ours_per_floor"] > 0, (name, row)
         assert 0 <= row["floor_cpu_us"] < row["ours_cpu_us"], (name, row)  # the floor does no work (10 ms ticks)
-    assert "| classify, one at a time |" in done.stdout  # the table
+        assert 0 <= row["ours_loop_cpu_us"] <= row["ours_cpu_us"], (name, row)  # the event loop is one thread of it
+    streams = record["16 streams beside 32 classify clients"]
+    for suffix in ("_alone", ""):
+        assert streams[f"tokens_per_s{suffix}"] > 0, streams
+        assert 0 < streams[f"tpot_p50_ms{suffix}"] <= streams[f"gap_p99_ms{suffix}"] * 64, streams
+    assert "| classify, one at a time |" in done.stdout  # the tables
+    assert "| beside 32 classify clients |" in done.stdout
