@@ -93,7 +93,7 @@ class TranslationModel:
         self.name = name
         self.top_logprobs = TopLogprobs()  # beam search's scoring head, for graphs without their own
         # The decoder's own scoring head (exports since it was added): beam steps fetch [rows, k], not logits.
-        self.head_in_graph = decoder.has_output(TOP_LOGPROBS) and decoder.has_output(TOP_IDS)
+        self.head_in_graph = decoder.spec.ranks_top_k and all(map(decoder.has_output, (TOP_LOGPROBS, TOP_IDS)))
         self.artifact = artifact
         self.encoder = encoder
         self.decoder = decoder

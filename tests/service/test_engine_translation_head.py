@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from service.engine.metrics import Metrics
 from service.engine.top_logprobs import TopLogprobs
 from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence
 from service.engine.translation_step import StepOutput, forced_logits
-from service.runtime.artifact import load_artifact
+from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
 
@@ -150,14 +151,36 @@ REAL = Path(__file__).resolve().parents[2] / "artifacts" / "translator"
 def test_the_real_translator_with_the_head_appended_translates_the_same(tmp_path: Path) -> None:
     """The committed translator (exported before the head: served through the standalone head) and its
     decoder with the head appended, as a re-export would add it: the same hypotheses, scores and logprobs."""
+    pytest.importorskip("torch")
+    from model.export.graphs import describe_io
     from model.export.scoring_graph import append_head
 
-    shutil.copytree(REAL, tmp_path / "translator")
-    graph = onnx.load(str(tmp_path / "translator" / "decoder.onnx"))
+    folder = tmp_path / "translator"
+    shutil.copytree(REAL, folder)
+    graph = onnx.load(str(folder / "decoder.onnx"))
     append_head(graph)
-    onnx.save(graph, str(tmp_path / "translator" / "decoder.onnx"))
+    onnx.save(graph, str(folder / "decoder.onnx"))
+    config = json.loads((folder / "config.json").read_text())
+    config["graphs"][DECODER] |= describe_io(folder / "decoder.onnx")  # what an export lists
+    (folder / "config.json").write_text(json.dumps(config))
     settings = [(TranslationParams(num_beams=4, n_best=2, max_new_tokens=24, no_repeat_ngram_size=3), None),
                 (TranslationParams(num_beams=1, max_new_tokens=24), None)]
-    old, new = open_model(REAL), open_model(tmp_path / "translator")
+    old, new = open_model(REAL), open_model(folder)
     assert new.head_in_graph and not old.head_in_graph
     assert translate(new, settings) == translate(old, settings)
+
+
+def test_start_up_checks_refuse_a_head_that_ranks_otherwise(tiny_artifacts: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "translator"
+    shutil.copytree(tiny_artifacts / "translator", folder)
+    graph = onnx.load(str(folder / "decoder.onnx"))
+    (top_k,) = [node for node in graph.graph.node if node.op_type == "TopK"]
+    next(a for a in top_k.attribute if a.name == "largest").i = 0  # the least likely tokens
+    onnx.save(graph, str(folder / "decoder.onnx"))
+    golden = json.loads((folder / "golden.json").read_text())
+    del golden["files"]["decoder.onnx"]  # the record would name the changed bytes first
+    (folder / "golden.json").write_text(json.dumps(golden))
+    artifact = load_artifact(folder)
+    sessions = {role: GraphSession(artifact.name, artifact.graphs[role], OPTIONS) for role in (ENCODER, DECODER)}
+    with pytest.raises(ArtifactError, match="top_ids"):
+        check_artifact(artifact, sessions, artifact.load_tokenizer(), 64)
