@@ -223,10 +223,11 @@ class TranslationBatch(SequenceBatch[_Request]):
         if self.beam.any():
             widest = max(r.seq.params.num_beams for r, beam in zip(self.requests, self.beam, strict=True) if beam)
             k = beam_width(widest, banned[0][np.repeat(self.beam, self.counts)[banned[0]]], m.vocab_size)
-        # One rule: logits when a num_beams=1 row chooses from them (or the graph has no head), the head's
-        # [rows, k] when beam rows rank candidates and the graph has it.
+        # One rule: the head's [rows, k] when beam rows rank candidates and the graph has it; the logits when
+        # num_beams=1 rows choose from them (the whole distribution), or for the standalone head.
         head = k > 0 and m.head_in_graph
-        scores = ([LOGITS] if not (head and self.beam.all()) else []) + ([TOP_LOGPROBS, TOP_IDS] if head else [])
+        logits = not (head and self.beam.all())
+        scores = [*([LOGITS] if logits else []), *([TOP_LOGPROBS, TOP_IDS] if head else [])]
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
         feeds = {"input_ids": self.next_ids, **self.cache.feeds(new_mask), **self.cross.feeds()}
         if head:
@@ -237,9 +238,9 @@ class TranslationBatch(SequenceBatch[_Request]):
         if self.attention is not None:
             self._record_attention(out, cache)
         forced = self._forced()
-        logits = forced_logits(out[LOGITS][:, -1], forced) if LOGITS in out else None
+        last = forced_logits(out[LOGITS][:, -1], forced) if logits else None
         top = (out[TOP_LOGPROBS], out[TOP_IDS]) if head else None
-        now = StepOutput(logits, top, k, forced, banned, offsets, [])
+        now = StepOutput(last, top, k, forced, banned, offsets, [])
         parts = []
         self._observe(time.perf_counter())
         if not self.beam.all():
