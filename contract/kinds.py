@@ -23,13 +23,13 @@ ENCODER, DECODER = "encoder", "decoder"
 Dims = Mapping[str, int]
 
 
-def _translation_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+def _translation_io(role: str, dims: Dims, logits_to_keep: bool, top_k: bool) -> GraphIO:
     if role == ENCODER:
         return translator_encoder_io(dims["n_encoder_layers"], dims["n_decoder_layers"])
-    return decoder_io(dims["n_decoder_layers"], cross=True)  # one token per step: nothing to keep
+    return decoder_io(dims["n_decoder_layers"], cross=True, top_k=top_k)  # one token per step: nothing to keep
 
 
-def _generation_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+def _generation_io(role: str, dims: Dims, logits_to_keep: bool, top_k: bool) -> GraphIO:
     return decoder_io(dims["n_layers"], cross=False, logits_to_keep=logits_to_keep)
 
 
@@ -38,11 +38,11 @@ def _token_types(dims: Dims) -> bool:
     return dims.get("n_token_types", 2) > 0
 
 
-def _classification_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+def _classification_io(role: str, dims: Dims, logits_to_keep: bool, top_k: bool) -> GraphIO:
     return classifier_encoder_io(dims["n_layers"], _token_types(dims))
 
 
-def _embedding_io(role: str, dims: Dims, logits_to_keep: bool) -> GraphIO:
+def _embedding_io(role: str, dims: Dims, logits_to_keep: bool, top_k: bool) -> GraphIO:
     return embedder_encoder_io(dims["n_layers"], _token_types(dims))
 
 
@@ -53,7 +53,7 @@ class Task:
     role_layers: Mapping[str, str]  # graph role -> the dims key counting its layers, in the order they run
     special_tokens: tuple[str, ...]  # the special_tokens the server needs
     pipeline_tag: str  # the Hugging Face pipeline tag (/api/models)
-    io: Callable[[str, Dims, bool], GraphIO]
+    io: Callable[[str, Dims, bool, bool], GraphIO]
     cache_dim: str | None  # the dims key counting the layers that carry a KV cache
     labels: bool = False  # config.json names the output classes ("labels")
     text_pairs: bool = False  # a request item may be a pair of texts (NLI, a cross-encoder's query and text)
@@ -66,11 +66,12 @@ class Task:
     def layer_dims(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.role_layers.values()))
 
-    def graph_io(self, role: str, dims: Dims, logits_to_keep: bool = False) -> GraphIO:
-        """The names of graph ``role`` (``logits_to_keep``: with the generator's optional input)."""
+    def graph_io(self, role: str, dims: Dims, logits_to_keep: bool = False, top_k: bool = False) -> GraphIO:
+        """The names of graph ``role`` (``logits_to_keep``: with the generator's optional input; ``top_k``:
+        with the translator decoder's scoring head). Without them, what every artifact of the task has."""
         if role not in self.role_layers:
             raise KeyError(f"a {self.name} artifact has no {role!r} graph (roles: {', '.join(self.roles)})")
-        return self.io(role, dims, logits_to_keep)
+        return self.io(role, dims, logits_to_keep, top_k)
 
     def layers(self, role: str, dims: Dims) -> int:
         """Layers of graph ``role``: one ``attentions.{i}`` output each."""

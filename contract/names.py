@@ -3,6 +3,8 @@
 Caches come in key/value pairs per layer (``present.0.key``, ``present.0.value``, ...); attention maps
 are one output per layer (``attentions.0``, ...) and optional. ``logits_to_keep`` is an optional input
 of the generator graph (a scalar with default 0): logits for the last k new positions only, 0 for all.
+A translator decoder exported with the top-k head also outputs ``top_logprobs`` and ``top_ids``: the
+last position's k best log-probabilities and token ids, for its optional input ``k`` ([1], default 0: none).
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 LOGITS_TO_KEEP = "logits_to_keep"
 LOGITS = "logits"
 EMBEDDINGS = "embeddings"  # an embedder's pooled sentence vectors [batch, d_model], not normalised
+
+# The server's scoring head (service/engine/top_logprobs.onnx, built by model/export/scoring_graph.py): logits
+# [rows, vocab] and k [1] in; each row's k best log-probabilities and their token ids out, best first.
+# A translator decoder may carry the same head (`decoder_io`'s ``top_k``).
+TOP_K = "k"
+TOP_LOGPROBS = "top_logprobs"
+TOP_IDS = "top_ids"
 
 PAST = "past_key_values"  # inputs: the self-attention cache so far
 PRESENT = "present"  # outputs: the cache after this call (past + new positions)
@@ -89,8 +98,9 @@ def translator_encoder_io(n_encoder_layers: int, n_decoder_layers: int) -> Graph
     )
 
 
-def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> GraphIO:
-    """A decoder with a KV cache: the generator's (``cross=False``) or the translator's."""
+def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False, top_k: bool = False) -> GraphIO:
+    """A decoder with a KV cache: the generator's (``cross=False``) or the translator's; ``top_k``: with the
+    scoring head's input and outputs (model/export/scoring_graph.py::append_head)."""
     inputs = [INPUT_IDS, ATTENTION_MASK, POSITION_IDS]
     attention = layer_names(ATTENTIONS, n_layers)
     if cross:
@@ -98,16 +108,11 @@ def decoder_io(n_layers: int, cross: bool, logits_to_keep: bool = False) -> Grap
         attention += layer_names(CROSS_ATTENTIONS, n_layers)
     return GraphIO(
         inputs=(*inputs, *kv_names(PAST, n_layers)),
-        outputs=(LOGITS, *kv_names(PRESENT, n_layers)),
+        outputs=(LOGITS, *kv_names(PRESENT, n_layers), *((TOP_LOGPROBS, TOP_IDS) if top_k else ())),
         attention=tuple(attention),
-        optional_inputs=(LOGITS_TO_KEEP,) if logits_to_keep else (),
+        optional_inputs=(*((LOGITS_TO_KEEP,) if logits_to_keep else ()), *((TOP_K,) if top_k else ())),
     )
 
-# The server's scoring head (service/engine/top_logprobs.onnx, built by model/export/scoring_graph.py): logits
-# [rows, vocab] and k [1] in; each row's k best log-probabilities and their token ids out, best first.
-TOP_K = "k"
-TOP_LOGPROBS = "top_logprobs"
-TOP_IDS = "top_ids"
 
 # The named special tokens transformers' apply_chat_template passes to a chat template (as text), which an
 # artifact's config.json `chat_template.special_tokens` may carry.

@@ -23,7 +23,9 @@ from model.network.generator import Generator
 from model.network.translator import Translator
 from model.training import tokenization
 
-GraphSpecs = Callable[..., list[graphs.GraphSpec]]  # (model, logits_to_keep=True) -> the graphs to export
+# (model, newest=True) -> the graphs to export; newest=False: those of artifacts exported before the optional
+# inputs and outputs (the generator's logits_to_keep, the translator's scoring head)
+GraphSpecs = Callable[..., list[graphs.GraphSpec]]
 TokenizerTexts = Callable[[Path], Iterable[str]]  # the data dir -> the texts its tokenizer trains on
 
 

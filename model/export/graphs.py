@@ -8,7 +8,9 @@ the Cast at load), which halves the files; the PyTorch weights are rounded the
 same way first, so the graph and the reference model compute the same function.
 Graph roles, files and input/output names come from the contract module (contract/), which
 the server imports too; the generator graph's optional ``logits_to_keep`` input gets its default (0,
-every position) as an initializer of the same name after export.
+every position) as an initializer of the same name after export. The translator decoder gets the scoring
+head after export (model/export/scoring_graph.py::append_head: ``top_logprobs``, ``top_ids`` for its
+optional input ``k``, default 0), the same ONNX nodes as the server's standalone head.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from model.export.graph_modules import (
     has_token_type_input,
 )
 from model.export.int8 import FP16_MIN_ELEMENTS, quantize_int8, store_initializers_fp16
+from model.export.scoring_graph import HEAD_OUTPUTS, append_head
 from model.network.classifier import Classifier
 from model.network.config import ClassifierConfig, GeneratorConfig, TransformerConfig, TranslatorConfig
 from model.network.embedder import Embedder
@@ -61,6 +64,12 @@ class GraphSpec:
     dynamic_shapes: tuple[Any, ...]
     defaults: dict[str, int] = field(default_factory=dict)  # optional input -> its value when not fed
     axis_names: dict[str, dict[int, str]] = field(default_factory=dict)  # output -> axis -> symbolic name
+    top_k_head: bool = False  # append the scoring head after export (output_names name its outputs)
+
+    @property
+    def traced_outputs(self) -> list[str]:
+        """The outputs the traced module returns (the appended head's are not among them)."""
+        return [n for n in self.output_names if not (self.top_k_head and n in HEAD_OUTPUTS)]
 
 
 BATCH, SEQ, PAST, SRC = Dim("batch"), Dim("seq"), Dim("past"), Dim("src")
@@ -83,7 +92,9 @@ def _dims(config: TransformerConfig) -> dict[str, int]:
     return dims
 
 
-def translator_specs(model: Translator, logits_to_keep: bool = True) -> list[GraphSpec]:
+def translator_specs(model: Translator, top_k: bool = True) -> list[GraphSpec]:
+    """The encoder and decoder graphs; ``top_k=False`` builds the decoder of artifacts exported before its
+    scoring head (the committed translator's)."""
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S, P, Ssrc = 2, 3, 4, 5  # all >= 2 and distinct, so no axis is frozen by coincidence
     src_ids, src_mask = _ids(c.vocab_size, B, Ssrc, g), torch.ones(B, Ssrc, dtype=torch.long)
@@ -92,7 +103,7 @@ def translator_specs(model: Translator, logits_to_keep: bool = True) -> list[Gra
     cross = [torch.randn(B, c.n_heads, Ssrc, c.d_head, generator=g) for _ in range(2 * n_dec)]
     past = [torch.randn(B, c.n_heads, P, c.d_head, generator=g) for _ in range(2 * n_dec)]
     task = KINDS["translator"].task
-    enc_io, dec_io = (task.graph_io(role, _dims(c)) for role in task.roles)
+    enc_io, dec_io = (task.graph_io(role, _dims(c), top_k=top_k) for role in task.roles)
     encoder = GraphSpec(
         role="encoder",
         module=TranslatorEncoderGraph(model),
@@ -121,6 +132,7 @@ def translator_specs(model: Translator, logits_to_keep: bool = True) -> list[Gra
             {0: BATCH, 1: SRC},
             tuple([{0: BATCH, 2: SRC}] * (2 * n_dec) + [{0: BATCH, 2: PAST}] * (2 * n_dec)),
         ),
+        top_k_head=top_k,  # with its input k, default 0: the head computes nothing
     )
     return [encoder, decoder]
 
@@ -226,19 +238,28 @@ def export_graph(spec: GraphSpec, path: Path) -> None:
         external_data=False,
         opset_version=OPSET,
         input_names=spec.input_names,
-        output_names=spec.output_names,
+        output_names=spec.traced_outputs,
         dynamic_shapes=spec.dynamic_shapes,
         verbose=False,
     )
-    if spec.defaults or spec.axis_names:
-        finish_graph(path, spec.defaults, spec.axis_names)
+    if spec.defaults or spec.axis_names or spec.top_k_head:
+        finish_graph(path, spec.defaults, spec.axis_names, spec.output_names if spec.top_k_head else None)
 
 
-def finish_graph(path: Path, defaults: dict[str, int], axis_names: dict[str, dict[int, str]]) -> None:
-    """Give graph inputs a default: an int64 initializer of the same name, which a caller may override
-    (ONNX IR >= 4) or leave out, so callers that do not know the input get the old behaviour. Name the
-    output axes the exporter could only describe by a formula (``seq - u0``)."""
+def finish_graph(
+    path: Path, defaults: dict[str, int], axis_names: dict[str, dict[int, str]], head_order: list[str] | None = None
+) -> None:
+    """Append the scoring head when ``head_order`` lists the outputs in their contract order. Give graph inputs a
+    default: an int64 initializer of the same name, which a caller may override (ONNX IR >= 4) or leave
+    out, so callers that do not know the input get the old behaviour. Name the output axes the exporter
+    could only describe by a formula (``seq - u0``)."""
     m = onnx.load(str(path))
+    if head_order is not None:
+        append_head(m)
+        by_name = {vi.name: vi for vi in m.graph.output}
+        ordered = [by_name[name] for name in head_order]
+        del m.graph.output[:]
+        m.graph.output.extend(ordered)
     inputs = {vi.name: vi for vi in m.graph.input}
     for name, value in defaults.items():
         shape = [d.dim_value for d in inputs[name].type.tensor_type.shape.dim]

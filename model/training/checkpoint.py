@@ -22,7 +22,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from contract.names import LOGITS_TO_KEEP
+from contract.names import LOGITS_TO_KEEP, TOP_K
 from model.export.graphs import export_graph, export_model
 from model.kinds import config_from_dict, load_config, model_kind
 from model.network.config import TransformerConfig
@@ -81,11 +81,12 @@ def _name_map(reference: onnx.ModelProto, trained: onnx.ModelProto) -> dict[str,
     return names
 
 
-def _takes_logits_to_keep(artifact_dir: Path) -> bool:
-    """Whether the artifact's graphs were exported with the optional ``logits_to_keep`` input (the
-    reference export must be the same variant, node for node)."""
+def _newest_variant(artifact_dir: Path) -> bool:
+    """Whether the artifact's graphs were exported with their optional inputs (the generator's
+    ``logits_to_keep``, the translator decoder's scoring head and its ``k``): the reference export must be
+    the same variant, node for node."""
     graphs = json.loads((artifact_dir / "config.json").read_text())["graphs"].values()
-    return any(i["name"] == LOGITS_TO_KEEP for graph in graphs for i in graph["inputs"])
+    return any(i["name"] in (LOGITS_TO_KEEP, TOP_K) for graph in graphs for i in graph["inputs"])
 
 
 def _digest(array: np.ndarray) -> str:
@@ -115,7 +116,7 @@ def weights_from_artifact(kind: str, artifact_dir: Path) -> tuple[nn.Module, lis
             by_digest.setdefault(_digest(value.T), (name, True))
     recovered: dict[str, torch.Tensor] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in model_kind(kind).graphs(model, _takes_logits_to_keep(artifact_dir)):
+        for spec in model_kind(kind).graphs(model, _newest_variant(artifact_dir)):
             reference_path = Path(tmp) / f"{spec.role}.onnx"
             export_graph(spec, reference_path)
             reference = onnx.load(str(reference_path))

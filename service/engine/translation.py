@@ -17,7 +17,18 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from contract.names import ATTENTION_MASK, ATTENTIONS, CROSS, CROSS_ATTENTIONS, PRESENT, layer_names
+from contract.names import (
+    ATTENTION_MASK,
+    ATTENTIONS,
+    CROSS,
+    CROSS_ATTENTIONS,
+    LOGITS,
+    PRESENT,
+    TOP_IDS,
+    TOP_K,
+    TOP_LOGPROBS,
+    layer_names,
+)
 from service.engine.attention import RowAttention, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step
@@ -29,6 +40,7 @@ from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release
 from service.engine.streaming import TextStream
 from service.engine.top_logprobs import TopLogprobs
+from service.engine.translation_step import StepOutput, beam_width, forced_logits
 from service.engine.translation_types import (
     GREEDY,
     Hypothesis,
@@ -68,19 +80,6 @@ class _Request:
         return self.seq.params.num_beams > 1
 
 
-@dataclass(frozen=True)
-class StepOutput:
-    """One decoder step as both kinds of rows read it: the greedy or sampled rows and the beam rows."""
-
-    logits: np.ndarray  # [rows, vocab], forced first tokens applied
-    banned: tuple[np.ndarray, np.ndarray]  # (row, token) pairs the n-gram ban forbids
-    offsets: np.ndarray  # each request's first row
-    emits: list[Emit]  # what the step releases, appended by both
-
-    def of_rows(self, rows: np.ndarray) -> np.ndarray:
-        return self.logits if len(rows) == len(self.logits) else self.logits[rows]
-
-
 class TranslationModel:
     def __init__(
         self,
@@ -92,7 +91,9 @@ class TranslationModel:
         metrics: Metrics,
     ) -> None:
         self.name = name
-        self.top_logprobs = TopLogprobs()  # beam search's scoring head
+        self.top_logprobs = TopLogprobs()  # beam search's scoring head, for graphs without their own
+        # The decoder's own scoring head (exports since it was added): beam steps fetch [rows, k], not logits.
+        self.head_in_graph = decoder.spec.ranks_top_k and all(map(decoder.has_output, (TOP_LOGPROBS, TOP_IDS)))
         self.artifact = artifact
         self.encoder = encoder
         self.decoder = decoder
@@ -215,18 +216,31 @@ class TranslationBatch(SequenceBatch[_Request]):
 
     def step(self) -> list[Emit]:
         m = self.model
+        sizes = [r.seq.params.no_repeat_ngram_size for r in self.requests]
+        banned = banned_ngrams(self.targets, np.repeat(sizes, self.counts), set(sizes))  # targets only: known now
+        offsets = np.cumsum(self.counts) - self.counts
+        k = 0
+        if self.beam.any():
+            widest = max(r.seq.params.num_beams for r, beam in zip(self.requests, self.beam, strict=True) if beam)
+            k = beam_width(widest, banned[0][np.repeat(self.beam, self.counts)[banned[0]]], m.vocab_size)
+        # One rule: the head's [rows, k] when beam rows rank candidates and the graph has it; the logits when
+        # num_beams=1 rows choose from them (the whole distribution), or for the standalone head.
+        head = k > 0 and m.head_in_graph
+        logits = not (head and self.beam.all())
+        scores = [*([LOGITS] if logits else []), *([TOP_LOGPROBS, TOP_IDS] if head else [])]
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
-        wanted = ["logits", *m.present, *(m.decoder_attention if self.attention is not None else [])]
         feeds = {"input_ids": self.next_ids, **self.cache.feeds(new_mask), **self.cross.feeds()}
+        if head:
+            feeds[TOP_K] = np.array([k], dtype=np.int64)
+        wanted = [*scores, *m.present, *(m.decoder_attention if self.attention is not None else [])]
         out = m.decoder.run(feeds, wanted, keep=m.present)
         cache = self.cache.advance(out, new_mask)
         if self.attention is not None:
             self._record_attention(out, cache)
-        logits = self._forced(out["logits"][:, -1])
-        sizes = [r.seq.params.no_repeat_ngram_size for r in self.requests]
-        banned = banned_ngrams(self.targets, np.repeat(sizes, self.counts), set(sizes))
-        offsets = np.cumsum(self.counts) - self.counts
-        now = StepOutput(logits, banned, offsets, [])
+        forced = self._forced()
+        last = forced_logits(out[LOGITS][:, -1], forced) if logits else None
+        top = (out[TOP_LOGPROBS], out[TOP_IDS]) if head else None
+        now = StepOutput(last, top, k, forced, banned, offsets, [])
         parts = []
         self._observe(time.perf_counter())
         if not self.beam.all():
@@ -266,17 +280,15 @@ class TranslationBatch(SequenceBatch[_Request]):
         return requests[alive], rows[alive], choice.tokens[alive], logprob[alive]
 
     def _search(self, now: StepOutput, requests: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The beam requests: each row's best tokens from the scoring head (enough that 2 * num_beams
+        """The beam requests: each row's best tokens from a scoring head (enough that 2 * num_beams
         survive the n-gram ban), then `beam_step` for all of them."""
         counts = self.counts[requests]
         rows = np.arange(counts.sum()) + np.repeat(now.offsets[requests] - (np.cumsum(counts) - counts), counts)
         ban_rows, ban_tokens = self._bans_among(now, rows)
-        most_banned = int(np.bincount(ban_rows).max()) if len(ban_rows) else 0
-        widest = 2 * max(self.requests[i].seq.params.num_beams for i in requests.tolist())
-        logprob, token = self.model.top_logprobs(now.of_rows(rows), widest + most_banned)
+        logprob, token = now.candidates(rows, self.model.top_logprobs)
         row, rank = np.nonzero(token[ban_rows] == ban_tokens[:, None])  # the banned among them
         logprob[ban_rows[row], rank] = -np.inf
-        targets = self.targets if len(rows) == len(now.logits) else self.targets.take(rows)
+        targets = self.targets if len(rows) == self.rows else self.targets.take(rows)
         pools = [self.requests[i].pool for i in requests.tolist()]
         candidates = Candidates(logprob, token)
         step = beam_step(candidates, targets, counts, pools, self.model.eos, lambda r: self._attention_of(int(rows[r])))
@@ -290,22 +302,15 @@ class TranslationBatch(SequenceBatch[_Request]):
         hit = local[ban_rows] >= 0
         return local[ban_rows[hit]], ban_tokens[hit]
 
-    def _forced(self, logits: np.ndarray) -> np.ndarray:
-        """At the first step, a request with a forced first token (a target language) can choose only it,
-        with logprob 0, as transformers' ForcedBOSTokenLogitsProcessor does."""
+    def _forced(self) -> list[tuple[int, int]]:
+        """(row, token): at the first step, a request with a forced first token (a target language) can
+        choose only it, with logprob 0, as transformers' ForcedBOSTokenLogitsProcessor does."""
         offsets = np.cumsum(self.counts) - self.counts
-        forced = [
+        return [
             (int(o), r.seq.forced_first)
             for o, r in zip(offsets, self.requests, strict=True)
             if r.seq.forced_first is not None and self.targets.length[o] == 0
         ]
-        if not forced:
-            return logits
-        logits = logits.copy()
-        for row, token in forced:
-            logits[row] = -np.inf
-            logits[row, token] = 0.0
-        return logits
 
     def _local(self, rows: np.ndarray) -> np.ndarray:
         """Batch row -> its index in `rows` (-1 elsewhere)."""

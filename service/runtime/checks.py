@@ -45,6 +45,9 @@ from contract.names import (
     PAST,
     POSITION_IDS,
     TOKEN_TYPE_IDS,
+    TOP_IDS,
+    TOP_K,
+    TOP_LOGPROBS,
     TensorSpec,
     kv_names,
 )
@@ -74,6 +77,8 @@ def check_artifact(
     _check_recorded_outputs(artifact, sessions)  # before the next probe: a graph that returns NaN is the graph's fault
     if DECODER in sessions and artifact.graphs[DECODER].keeps_last_logits:
         _probe_logits_to_keep(artifact, sessions[DECODER], cross)
+    if DECODER in sessions and artifact.graphs[DECODER].ranks_top_k:
+        _probe_top_k(artifact, sessions[DECODER], cross)
     if missing := missing_sections(artifact.golden, list(artifact.graphs)):
         log.warning(
             "%s: %s (an older export), so start-up cannot check what it covers; re-export it, or record the "
@@ -337,13 +342,7 @@ def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str
     default (0) all three, as the contract says (an int8 graph: the shapes only, since its dynamic
     activation scales depend on the positions present)."""
     claim = f"graphs.{DECODER}.inputs {LOGITS_TO_KEEP}"
-    feeds = {
-        INPUT_IDS: _ids([0, artifact.vocab_size - 1, 0]),
-        ATTENTION_MASK: _ids([1, 1, 1]),
-        POSITION_IDS: _ids([0, 1, 2]),
-        **cross,
-        **_empty_kv(artifact, PAST, artifact.n_decoder_layers),
-    }
+    feeds = _three_tokens(artifact, cross)
     every = np.asarray(_run(artifact, dec, feeds, [LOGITS], claim)[LOGITS])
     last = np.asarray(_run(artifact, dec, feeds | dec.last_logits_only, [LOGITS], claim)[LOGITS])
     same = dec.quantization == "int8" or np.allclose(last[:, 0], every[:, -1], atol=1e-3)
@@ -352,4 +351,34 @@ def _probe_logits_to_keep(artifact: Artifact, dec: GraphSession, cross: dict[str
             f"{_config(artifact)}: {claim}: {dec.file.name} returned logits of shape {list(last.shape)} for "
             f"{LOGITS_TO_KEEP}=1 and {list(every.shape)} without it (expected [1, 1, V], equal to the last "
             "of [1, 3, V])"
+        )
+
+
+def _three_tokens(artifact: Artifact, cross: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A decoder's feeds for a 3-token prefill (empty cache)."""
+    return {
+        INPUT_IDS: _ids([0, artifact.vocab_size - 1, 0]),
+        ATTENTION_MASK: _ids([1, 1, 1]),
+        POSITION_IDS: _ids([0, 1, 2]),
+        **cross,
+        **_empty_kv(artifact, PAST, artifact.n_decoder_layers),
+    }
+
+
+def _probe_top_k(artifact: Artifact, dec: GraphSession, cross: dict[str, np.ndarray]) -> None:
+    """With k = 3, top_ids are the last position's 3 most likely tokens (ties to the lower id) and
+    top_logprobs their log-softmax, as the engine's beam search reads them instead of the logits."""
+    claim = f"graphs.{DECODER}.inputs {TOP_K}"
+    feeds = _three_tokens(artifact, cross) | {TOP_K: np.array([3], dtype=np.int64)}
+    out = _run(artifact, dec, feeds, [LOGITS, TOP_LOGPROBS, TOP_IDS], claim)
+    last = np.asarray(out[LOGITS], dtype=np.float64)[:, -1]
+    ids, values = np.asarray(out[TOP_IDS]), np.asarray(out[TOP_LOGPROBS])
+    best = np.argsort(-last, axis=1, kind="stable")[:, :3]
+    logprobs = last - last.max(axis=1, keepdims=True)
+    logprobs -= np.log(np.exp(logprobs).sum(axis=1, keepdims=True))
+    expected = np.take_along_axis(logprobs, best, axis=1)
+    if ids.shape != best.shape or not (ids == best).all() or not np.allclose(values, expected, atol=1e-4):
+        raise ArtifactError(
+            f"{_config(artifact)}: {claim}: {dec.file.name} returned top_ids {ids.tolist()} for k=3 where its logits' "
+            f"3 most likely tokens are {best.tolist()} (expected them, best first, with their log-softmax)"
         )

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from contract.kinds import DECODER, KINDS, TASKS
-from contract.names import LOGITS_TO_KEEP, PAST, PRESENT, kv_names
+from contract.names import LOGITS_TO_KEEP, PAST, PRESENT, TOP_IDS, TOP_K, TOP_LOGPROBS, kv_names
 from service.engine.kv import KVCache
 from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
@@ -46,7 +46,7 @@ def test_exported_graphs_carry_the_contract_names_in_order(tiny_artifacts: Path)
         assert (config["task"], config["architecture"]) == (kind.task.name, kind.task.architecture)
         assert list(config["graphs"]) == list(kind.task.roles)
         for role, graph in config["graphs"].items():
-            io = kind.task.graph_io(role, config["dims"], logits_to_keep=True)
+            io = kind.task.graph_io(role, config["dims"], logits_to_keep=True, top_k=True)
             assert [i["name"] for i in graph["inputs"]] == [*io.inputs, *io.optional_inputs], (kind.name, role)
             assert [o["name"] for o in graph["outputs"]] == list(io.all_outputs), (kind.name, role)
             assert [i["name"] for i in graph["inputs"] if "default" in i] == list(io.optional_inputs)
@@ -58,8 +58,10 @@ def test_every_task_has_one_kind_and_distinct_roles() -> None:
     for task in TASKS.values():
         assert len(set(task.roles)) == len(task.roles) and task.layer_dims
     assert TASKS["generation"].graph_io(DECODER, {"n_layers": 2}, True).optional_inputs == (LOGITS_TO_KEEP,)
-    translator = TASKS["translation"].graph_io(DECODER, {"n_encoder_layers": 1, "n_decoder_layers": 2}, True)
-    assert translator.optional_inputs == ()
+    dims = {"n_encoder_layers": 1, "n_decoder_layers": 2}
+    assert TASKS["translation"].graph_io(DECODER, dims, True).optional_inputs == ()
+    translator = TASKS["translation"].graph_io(DECODER, dims, top_k=True)
+    assert translator.optional_inputs == (TOP_K,) and translator.outputs[-2:] == (TOP_LOGPROBS, TOP_IDS)
 
 
 def _prefill_feeds(layers: int, heads: int, d_head: int) -> dict[str, np.ndarray]:
