@@ -11,7 +11,6 @@ from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 from tokenizers import Encoding, Tokenizer
 
-from service.engine.encode_batcher import EncodeBatcher, TokenizerInput
 from service.engine.scheduling import Scheduler
 from service.engine.sequence import SeqT
 from service.engine.token_count import TokenCount, count_past
@@ -20,6 +19,7 @@ from service.settings import Settings
 
 T = TypeVar("T")
 
+TokenizerInput = str | tuple[str, str]  # a text, or a sentence pair
 TruncationDirection = Literal["right", "left"]  # which end of a text past the limit is cut
 
 # Tokenizing costs ~0.3-0.5 ms per 1,000 characters, and `encode` holds the GIL: a request whose texts
@@ -53,7 +53,6 @@ class TaskService(Generic[SeqT]):
         self.name = artifact.name
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
-        self.batcher = EncodeBatcher(self.tokenizer)
         self._truncating: dict[tuple[int, str], Tokenizer] = {}
 
     def truncating_tokenizer(self, limit: int, direction: TruncationDirection) -> Tokenizer:
@@ -111,14 +110,8 @@ class TaskService(Generic[SeqT]):
         truncation: TruncationDirection | None = None,
         add_special_tokens: bool = True,
     ) -> list[Encoding | int]:
-        """`encode_now`: short texts in place while the model is idle (one client at a time), else with the
-        batcher (together with the other requests that arrive meanwhile, off the loop); in place too where they
-        are to be cut or take no special tokens; long texts on the tokenizer worker slots."""
+        """`encode_now`: in place for short texts, on the tokenizer worker slots for long ones."""
         chars = sum(len(x) if isinstance(x, str) else len(x[0]) + len(x[1]) for x in inputs)
-        idle = not (self.scheduler.running or self.scheduler.waiting or self.batcher.busy)
-        if chars <= INLINE_TOKENIZE_CHARS and truncation is None and add_special_tokens and not idle:
-            encoded = await self.batcher.encode(inputs)
-            return [e if limit is None or len(e) <= limit else len(e) for e in encoded]
         if chars <= INLINE_TOKENIZE_CHARS:
             return self.encode_now(inputs, limit, truncation=truncation, add_special_tokens=add_special_tokens)
         large = chars > LARGE_TOKENIZE_CHARS
