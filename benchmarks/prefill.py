@@ -9,15 +9,13 @@ does. Shapes: 16 prompts x 32 tokens and 1 prompt x 200 tokens (empty past); med
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from benchmarks.timing import decoder_session, old_new_parser
 from contract.names import (
     ATTENTION_MASK,
     INPUT_IDS,
@@ -30,16 +28,6 @@ from contract.names import (
 )
 
 SHAPES = ((16, 32), (1, 200))
-
-
-def session(folder: Path, threads: int, int8: bool) -> tuple[ort.InferenceSession, dict[str, int]]:
-    config = json.loads((folder / "config.json").read_text())
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    path = folder / config["graphs"]["decoder"]["int8_file" if int8 else "file"]
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), config["dims"] | {
-        "vocab_size": config["vocab_size"]}
 
 
 def feeds(dims: dict[str, int], batch: int, length: int) -> dict[str, np.ndarray]:
@@ -62,15 +50,12 @@ def timed(sess: ort.InferenceSession, inputs: dict[str, np.ndarray], outputs: li
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = old_new_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--int8", action="store_true", help="the dynamic-int8 variants")
     args = parser.parse_args()
-    (old, dims), (new, _) = (session(folder, args.threads, args.int8) for folder in (args.old, args.new))
+    (old, dims), (new, _) = (decoder_session(folder, args.threads, args.int8) for folder in (args.old, args.new))
     outputs = [LOGITS, *kv_names(PRESENT, dims["n_layers"])]
     keep_last = {LOGITS_TO_KEEP: np.array(1, dtype=np.int64)}
     for batch, length in SHAPES:

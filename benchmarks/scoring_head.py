@@ -12,15 +12,12 @@ load hits all four alike; the 10th percentile is the least disturbed figure on a
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
+from benchmarks.timing import decoder_session, old_new_parser
 from contract.names import (
     ATTENTION_MASK,
     CROSS,
@@ -40,16 +37,6 @@ from service.engine.top_logprobs import TopLogprobs
 PAST_LENGTH, SOURCE_LENGTH, K = 20, 30, 8
 
 
-def session(folder: Path, threads: int) -> tuple[ort.InferenceSession, dict[str, int]]:
-    config = json.loads((folder / "config.json").read_text())
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    path = folder / config["graphs"]["decoder"]["file"]
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), config["dims"] | {
-        "vocab_size": config["vocab_size"]}
-
-
 def feeds(dims: dict[str, int], rows: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     layers, heads, d_head = dims["n_decoder_layers"], dims["n_heads"], dims["d_head"]
@@ -66,14 +53,11 @@ def feeds(dims: dict[str, int], rows: int) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = old_new_parser(__doc__)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=500)
     args = parser.parse_args()
-    (old, dims), (new, _) = (session(folder, args.threads) for folder in (args.old, args.new))
+    (old, dims), (new, _) = (decoder_session(folder, args.threads) for folder in (args.old, args.new))
     inputs, head = feeds(dims, args.rows), TopLogprobs()
     present = kv_names(PRESENT, dims["n_decoder_layers"])
     with_k = inputs | {TOP_K: np.array([K], dtype=np.int64)}
