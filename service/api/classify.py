@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.responses import json_response, large_json
+from service.api.responses import large_json
 from service.api.schemas import ClassificationResult, ClassifyRequest, ClassifyResponse, LabelScore
 from service.engine.classification import Classification, ClassificationJob, ClassifyInput
 
@@ -46,4 +46,4 @@ async def classify(body: ClassifyRequest, engine: EngineDep, request: Request) -
     handle = await engine.submit(job)
     results = await unless_disconnected(request, handle.results())
     response = ClassifyResponse(model=handle.model, results=[_result(r) for r in results])
-    return await large_json(response) if body.return_attention else json_response(response)
+    return await large_json(response) if body.return_attention else response
