@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from benchmarks.serving import (
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64
+T = TypeVar("T")
 MIXED_STREAMS, MIXED_CLASSIFIERS, MIXED_STREAM_REQUESTS = 16, 32, 160
 
 
@@ -91,15 +92,21 @@ def measure(url: str, pid: int, row: Row, scale: float) -> dict[str, float]:
             "loop_cpu_us": 1e6 * loop_cpu / answered, "other_cores": max(0.0, others) / cell.seconds}
 
 
-def classify_load(url: str, stop: Any) -> None:
+def classify_load(url: str, ready: Any, stop: Any) -> None:
     """In a process of its own (so the streams' client reads its sockets on time): MIXED_CLASSIFIERS
-    clients classify back to back until `stop` is set."""
+    clients classify back to back until `stop` is set; `ready` is set once each has been answered."""
 
     async def load() -> None:
         host, port = url.removeprefix("http://").split(":")
+        answered = 0
 
         async def client() -> None:
+            nonlocal answered
             conn = Connection(host, int(port))
+            await classify(conn)
+            answered += 1
+            if answered == MIXED_CLASSIFIERS:
+                ready.set()
             while not stop.is_set():
                 await classify(conn)
             conn.close()
@@ -136,24 +143,39 @@ async def streams(url: str, requests: int) -> tuple[int, list[float], list[float
 
 
 def streams_beside_classify(url: str, scale: float) -> dict[str, float]:
-    """The streams' inter-token gaps and tokens/s while the classify load runs beside them, and without it."""
+    """The streams' inter-token gaps and tokens/s without the classify load, then while it runs beside them."""
     requests = max(MIXED_STREAMS, round(MIXED_STREAM_REQUESTS * scale))
+
+    def measure() -> tuple[int, list[float], list[float], float]:
+        return asyncio.run(streams(url, requests))
+
     out: dict[str, float] = {}
-    for beside in (False, True):
-        stop = multiprocessing.Event()
-        load = multiprocessing.Process(target=classify_load, args=(url, stop)) if beside else None
-        if load is not None:
-            load.start()
-            time.sleep(0.5)  # the classify load is running before the streams start
-        tokens, gaps, per_token, seconds = asyncio.run(streams(url, requests))
-        stop.set()
-        if load is not None:
-            load.join(timeout=30)
+    for suffix, (tokens, gaps, per_token, seconds) in (("_alone", measure()), ("", beside_classify_load(url, measure))):
         tpot, p99 = 1000 * float(np.median(per_token)), 1000 * float(np.percentile(gaps, 99))
-        suffix = "" if beside else "_alone"
         out |= {f"tokens_per_s{suffix}": tokens / seconds, f"tpot_p50_ms{suffix}": tpot,
                 f"gap_p99_ms{suffix}": p99, f"gap_p99_per_tpot{suffix}": p99 / tpot}
     return out
+
+
+def beside_classify_load(url: str, measure: Callable[[], T]) -> T:
+    """`measure()` while classify_load runs in a child process: started and answered before, stopped after,
+    and a child that failed fails the measurement (else the row would be measured without its load)."""
+    ready, stop = multiprocessing.Event(), multiprocessing.Event()
+    load = multiprocessing.Process(target=classify_load, args=(url, ready, stop), daemon=True)
+    load.start()
+    try:
+        while not ready.wait(timeout=0.1):
+            if not load.is_alive():
+                raise RuntimeError(f"the classify load exited before it ran (exit code {load.exitcode})")
+        result = measure()
+        if not load.is_alive():
+            raise RuntimeError(f"the classify load stopped during the measurement (exit code {load.exitcode})")
+        return result
+    finally:
+        stop.set()
+        load.join(timeout=30)
+        if load.is_alive():
+            load.terminate()
 
 
 def run(rounds: int, threads: int, artifacts: Path, scale: float) -> tuple[dict[str, Any], dict[str, float]]:
