@@ -223,9 +223,11 @@ class TranslationBatch(SequenceBatch[_Request]):
         if self.beam.any():
             widest = max(r.seq.params.num_beams for r, beam in zip(self.requests, self.beam, strict=True) if beam)
             k = beam_width(widest, banned[0][np.repeat(self.beam, self.counts)[banned[0]]], m.vocab_size)
+        forced = self._forced()
         # One rule: the head's [rows, k] when beam rows rank candidates and the graph has it; the logits when
-        # num_beams=1 rows choose from them (the whole distribution), or for the standalone head.
-        head = k > 0 and m.head_in_graph
+        # num_beams=1 rows choose from them (the whole distribution), for the standalone head, and on a first
+        # step with forced tokens (the standalone head ranks the forced logits: one rule for ties).
+        head = k > 0 and m.head_in_graph and not forced
         logits = not (head and self.beam.all())
         scores = [*([LOGITS] if logits else []), *([TOP_LOGPROBS, TOP_IDS] if head else [])]
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
@@ -237,10 +239,9 @@ class TranslationBatch(SequenceBatch[_Request]):
         cache = self.cache.advance(out, new_mask)
         if self.attention is not None:
             self._record_attention(out, cache)
-        forced = self._forced()
         last = forced_logits(out[LOGITS][:, -1], forced) if logits else None
         top = (out[TOP_LOGPROBS], out[TOP_IDS]) if head else None
-        now = StepOutput(last, top, k, forced, banned, offsets, [])
+        now = StepOutput(last, top, k, banned, offsets, [])
         parts = []
         self._observe(time.perf_counter())
         if not self.beam.all():

@@ -42,7 +42,6 @@ class StepOutput:
     logits: np.ndarray | None  # [rows, vocab], forced first tokens applied; None when no row needs them
     top: tuple[np.ndarray, np.ndarray] | None  # the graph's head: ([rows, k] logprobs, [rows, k] ids), or None
     k: int  # candidates per beam row (0 without beam rows)
-    forced: list[tuple[int, int]]  # (row, token): rows that must choose a forced first token
     banned: tuple[np.ndarray, np.ndarray]  # (row, token) pairs the n-gram ban forbids
     offsets: np.ndarray  # each request's first row
     emits: list[Emit]  # what the step releases, appended by both
@@ -53,16 +52,8 @@ class StepOutput:
 
     def candidates(self, rows: np.ndarray, head: TopLogprobs) -> tuple[np.ndarray, np.ndarray]:
         """The k best (logprob, token) of each of ``rows``, best first, ties to the lower token id (arrays
-        the caller may change). A forced row's are what the head gives for its forced logits: the token
-        with logprob 0, then the lowest other ids at -inf."""
+        the caller may change): the graph's head where it ran, else the standalone head on the logits."""
         if self.top is None:
             return head(self.of_rows(rows), self.k)
         logprob, token = (a[rows] for a in self.top)  # fancy indexing: copies
-        local = {int(r): i for i, r in enumerate(rows.tolist())} if self.forced else {}
-        for row, forced in self.forced:
-            if row in local:
-                others = np.arange(self.k)
-                logprob[local[row]] = -np.inf
-                logprob[local[row], 0] = 0.0
-                token[local[row]] = np.concatenate([[forced], others[others != forced][: self.k - 1]])
         return logprob, token

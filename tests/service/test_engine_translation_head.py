@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import pytest
 
@@ -20,9 +19,7 @@ from contract.kinds import DECODER, ENCODER
 from contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
 from service.engine import translation
 from service.engine.metrics import Metrics
-from service.engine.top_logprobs import TopLogprobs
 from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence
-from service.engine.translation_step import StepOutput, forced_logits
 from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
@@ -103,20 +100,6 @@ def test_the_head_ranks_enough_candidates_under_a_heavy_ban(
     narrow = translate(model, [MIXED[2]])
     monkeypatch.setattr(translation, "beam_width", lambda beams, bans, vocab: vocab)
     assert translate(model, [MIXED[2]]) == narrow
-
-
-def test_forced_candidates_are_what_the_standalone_head_gives_for_forced_logits() -> None:
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(3, 40)).astype(np.float32)
-    head = TopLogprobs()
-    forced = [(0, 2), (2, 30)]
-    rows = np.array([0, 2])
-    for k in (1, 4, 40):
-        banned = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        fetched = StepOutput(None, head(logits, k), k, forced, banned, np.arange(3), [])
-        standalone = StepOutput(forced_logits(logits, forced), None, k, forced, banned, np.arange(3), [])
-        for a, b in zip(fetched.candidates(rows, head), standalone.candidates(rows, head), strict=True):
-            np.testing.assert_array_equal(a, b)
 
 
 def _export_without_head(tmp_path: Path) -> Path:
