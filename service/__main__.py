@@ -6,121 +6,28 @@ running are cut (a stream gets a final `error` event, or an error chunk and `[DO
 a waiting request gets 503); shortly before it ends, the connections still open (a client that does not
 read its answer, or still sends its body) are aborted, and the process exits. A second signal stops at once.
 
+SERVE_API_PROCESSES=N (N > 1) runs the HTTP front end in N processes forked from this one, which keeps the
+models and runs them (service/multiprocess/launch.py); requests, streams, drain and exit statuses are
+the same.
+
 The models are loaded before uvicorn starts: a broken or mismatched artifact stops the process with one
 line naming the file, and exit status 1.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import socket
 import sys
-import time
-from types import FrameType
-from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
 from pydantic import ValidationError
 
-from service.app import begin_drain, create_app, cut_off, inflight
+from service.app import create_app
 from service.engine.engine import Engine
-from service.engine.metrics import Metrics
-from service.http_protocol import timeout_protocol
+from service.engine.metrics import Metrics, share_metrics_between_processes
 from service.logs import configure_logging
+from service.multiprocess.launch import serve_processes
 from service.runtime.artifact import ArtifactError
+from service.server import DrainingServer, server_config
 from service.settings import Settings
-
-log = logging.getLogger("service")
-
-
-# Kept from the drain timeout for cutting the last requests and letting their error events go out.
-CUT_RESERVE_S = 1.0
-# Kept from the drain timeout for uvicorn's own shutdown and the process exit: connections still open
-# then are aborted (measured: 0.2-0.3 s from there to the exit, uvicorn's 0.1 s ticks and pause included).
-EXIT_RESERVE_S = 0.3
-# A shutdown that no drain started (uvicorn's own): how long open connections get before they are aborted.
-CLOSE_GRACE_S = 1.0
-# After the aborts, how long uvicorn waits for the requests' tasks (they end at once: a blocked send returns,
-# a body read answers http.disconnect) before it cancels them ("Exception in ASGI application").
-TASK_GRACE_S = 0.3
-
-
-class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app: FastAPI, drain_timeout_s: float) -> None:
-        super().__init__(config)
-        self.app = app
-        self.drain_timeout_s = drain_timeout_s
-        self.cut_at = max(0.0, drain_timeout_s - min(CUT_RESERVE_S, drain_timeout_s / 2))
-        self.close_at = max(0.0, drain_timeout_s - min(EXIT_RESERVE_S, drain_timeout_s / 4))
-        self.drain_started: float | None = None
-        self.cut = False
-        self.stop_now = False
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.drain_started is not None:  # second signal: stop now
-            self.stop_now = True
-            super().handle_exit(sig, frame)
-            return
-        # Runs in a signal handler: only flip flags here; on_tick (on the loop) does the rest.
-        self.drain_started = time.monotonic()
-        begin_drain(self.app)
-
-    async def on_tick(self, counter: int) -> bool:
-        if self.drain_started is not None and not self.should_exit:
-            waited = time.monotonic() - self.drain_started
-            if counter % 10 == 0:
-                log.info("draining: %d request(s) in flight", inflight(self.app))
-            if inflight(self.app) and waited >= self.cut_at and not self.cut:
-                self.cut = True
-                log.warning(
-                    "drain timeout (%.1fs): cutting %d request(s) off", self.drain_timeout_s, inflight(self.app)
-                )
-                await cut_off(self.app)
-            if inflight(self.app) == 0 or waited >= self.close_at:
-                if inflight(self.app):
-                    log.warning("%d request(s) still open at the drain timeout", inflight(self.app))
-                self.should_exit = True
-        return await super().on_tick(counter)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn waits for every connection to close, then cancels the requests still running after
-        timeout_graceful_shutdown (a traceback each). A client that does not read (its stream's send waits
-        on a full socket buffer, or a finished answer sits unsent) or does not send (a body trickling in)
-        holds its connection to that timeout, past the drain's. Here the connections still open at the
-        drain's end are aborted first: that ends their requests (a send returns, a body read answers
-        http.disconnect), so uvicorn finds nothing to wait for or to cancel."""
-        for server in self.servers:
-            server.close()  # no new connections (uvicorn's shutdown does it too)
-        for connection in list(self.server_state.connections):
-            connection.shutdown()  # idle ones close now, busy ones after their response
-        if self.stop_now:
-            close_by = time.monotonic()
-        elif self.drain_started is not None:
-            close_by = self.drain_started + self.close_at
-        else:
-            close_by = time.monotonic() + CLOSE_GRACE_S
-        while self.server_state.connections and time.monotonic() < close_by:  # noqa: ASYNC110 (a set, no event)
-            await asyncio.sleep(0.02)
-        if self.server_state.connections:
-            log.warning("closing %d connection(s) still open at shutdown", len(self.server_state.connections))
-            for connection in list(self.server_state.connections):
-                connection.transport.abort()
-        await super().shutdown(sockets)
-
-
-def server_config(app: FastAPI, settings: Settings, **options: Any) -> uvicorn.Config:
-    """uvicorn's configuration from the settings; `options`: more of uvicorn.Config's, or others' values."""
-    values: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level,
-        "http": timeout_protocol(settings.header_timeout_s, settings.body_timeout_s, settings.send_timeout_s),
-        "timeout_keep_alive": settings.keepalive_timeout_s,  # typed int, used as a call_later delay: any float
-        "timeout_graceful_shutdown": TASK_GRACE_S,  # typed int, used as an asyncio.wait_for timeout: any float
-    }
-    return uvicorn.Config(app, **(values | options))
 
 
 def main() -> None:
@@ -134,6 +41,8 @@ def main() -> None:
         print(f"invalid settings:\n{problems}", file=sys.stderr)
         raise SystemExit(2) from None
     log_config = configure_logging(settings.log_level, settings.log_format)
+    if settings.api_processes > 1:
+        share_metrics_between_processes()
     engine = Engine(settings, Metrics())
     try:
         engine.load()
@@ -142,6 +51,8 @@ def main() -> None:
         raise SystemExit(1) from None
     app = create_app(settings, engine)
     config = server_config(app, settings, log_config=log_config)
+    if settings.api_processes > 1:
+        raise SystemExit(serve_processes(app, engine, config, settings))
     server = DrainingServer(config, app, settings.drain_timeout_s)
     server.run()
     if not server.started:

@@ -67,13 +67,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _warm_up(engine: Engine, enabled: bool) -> None:
-    if enabled:
+async def warm_up(engine: Engine, enabled: bool) -> None:
+    if enabled or engine.remote is not None:  # a front end always waits for the engine process's warm-up
         try:
             await engine.warmup()
         except Exception as exc:
-            log.exception("warm-up failed")
-            engine.failure = f"warm-up failed: {exc}"
+            if engine.remote is not None:  # the engine process failed to warm up, or is gone: it says why
+                engine.failure = engine.remote.failure or str(exc)
+            else:
+                log.exception("warm-up failed")
+                engine.failure = f"warm-up failed: {exc}"
             return
     # What start-up built (the app, schemas, sessions, tokenizers: ~80k objects) lives as long as the
     # process: move it out of the collector's sight (before the first request: the collect takes ~50 ms),
@@ -97,11 +100,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         if engine is None:
             engine = Engine(settings, metrics)
             await asyncio.to_thread(engine.load)
-        engine.start()
+        await engine.start()
         engine.share_tokenizer_work(tokenizer.tokenizer_slots(app))  # long prompts: the slots /tokenize uses
         app.state.engine = engine
         # Serve /health at once; /ready turns 200 when warm-up is done.
-        warm = asyncio.create_task(_warm_up(engine, settings.warmup), name="warm-up")
+        warm = asyncio.create_task(warm_up(engine, settings.warmup), name="warm-up")
         try:
             yield
         finally:

@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     # None: bind outputs on the device only when the session really runs on CUDA.
     io_binding: bool | None = None
 
+    # HTTP front-end processes: parsing, validation, tokenizing and rendering answers in N processes that
+    # feed one engine process, which runs the models (1: everything in one process).
+    api_processes: int = Field(default=1, ge=1, le=64)
+
     max_input_tokens: int = Field(default=512, ge=1, le=65536)
     max_new_tokens: int = Field(default=256, ge=1, le=65536)
     max_batch_size: int = Field(default=64, ge=1, le=1024)

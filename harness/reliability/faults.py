@@ -263,7 +263,7 @@ class _InProcessServer:
     def __init__(self, **overrides: Any) -> None:
         import uvicorn
 
-        from service.__main__ import server_config
+        from service.server import server_config
         from service.app import create_app
         from service.settings import Settings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.deps import EngineDep
 
@@ -13,4 +13,4 @@ router = APIRouter(tags=["metrics"])
 
 @router.get("/metrics", response_class=Response)
 async def metrics(engine: EngineDep) -> Response:
-    return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(engine.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from contract.kinds import KINDS
 from contract.weights_package import WeightsPackageError
@@ -47,6 +47,19 @@ SERVICES: dict[str, ServiceFactory] = {
 DEFAULT_ORDER = ("generation", "translation", "classification", "embedding")
 
 
+class EngineProcess(Protocol):
+    """A front end's link to the engine process where its models run (SERVE_API_PROCESSES > 1:
+    service/multiprocess/front.py)."""
+
+    failure: str | None
+
+    async def connect(self) -> None: ...
+
+    async def wait_ready(self) -> None:
+        """Until the engine process is warm; raises with its failure if it cannot be."""
+        ...
+
+
 @dataclass
 class ModelInfo:
     name: str
@@ -77,6 +90,7 @@ class Engine:
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
         self.tokenizer_work: TokenizerWork = ThreadWork()
+        self.remote: EngineProcess | None = None  # set in a front-end process: the models run elsewhere
 
     def share_tokenizer_work(self, work: TokenizerWork) -> None:
         """Every model tokenizes long texts on `work` (the API's bounded worker slots, /tokenize's too)."""
@@ -117,8 +131,11 @@ class Engine:
             self.services[name] = service
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
-    def start(self) -> None:
-        """Start every model's worker thread (ORT calls block, and must stay off the event loop)."""
+    async def start(self) -> None:
+        """Start every model's worker thread (ORT calls block, and must stay off the event loop); in a
+        front-end process, connect to the engine process instead."""
+        if self.remote is not None:
+            await self.remote.connect()
         for service in self.services.values():
             service.scheduler.start()
 
@@ -130,7 +147,11 @@ class Engine:
             await service.scheduler.stop(error)
 
     async def warmup(self) -> None:
-        """Run a few representative batches through every model (first-run allocations, thread pools)."""
+        """Run a few representative batches through every model (first-run allocations, thread pools); in
+        a front-end process, wait until the engine process has."""
+        if self.remote is not None:
+            await self.remote.wait_ready()
+            return
         started = time.perf_counter()
         await asyncio.gather(*(service.warmup() for service in self.services.values()))
         log.info("warm-up finished in %.2fs", time.perf_counter() - started)

@@ -24,7 +24,7 @@ from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduling import Scheduler
-from service.engine.scoring import PromptScorer, TokenScore
+from service.engine.scoring import PromptScorer, Scorer, TokenScore
 from service.engine.sequence import DecodeModel
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
@@ -90,10 +90,11 @@ class GenerationService(TaskService[GenerationSequence]):
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
         # Its batches are typed over the base Sequence; it only ever gets back the GenerationSequences queued here.
         model = cast("DecodeModel[GenerationSequence]", self.model)
-        self.scheduler = Scheduler.from_settings(self.name, model, settings, metrics)
+        scheduler = Scheduler.from_settings(self.name, model, settings, metrics)
+        self.scheduler = scheduler
         shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
-        self.scorer = PromptScorer(self.name, session, settings, self.scheduler.executor, shape, self.model.pad)
+        self.scorer: Scorer = PromptScorer(self.name, session, settings, scheduler.executor, shape, self.model.pad)
         # Compiled once; None for a model without one (our own generator): chat requests are refused.
         self.chat_template = ChatTemplate(artifact.chat_template) if artifact.chat_template is not None else None
 

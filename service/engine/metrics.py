@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +17,23 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    generate_latest,
+    multiprocess,
+    values,
 )
+
+SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's: where every process writes its values
+
+
+def share_metrics_between_processes() -> None:
+    """Every process's metrics in one folder of memory-mapped files (prometheus_client's multiprocess
+    mode), so /metrics in any front-end process answers for the whole server (SERVE_API_PROCESSES > 1).
+    Call it in the first process before any Metrics is built; forked processes write files of their own.
+    The folder goes when this process exits."""
+    folder = tempfile.mkdtemp(prefix="serve-metrics-")
+    os.environ[SHARED_FOLDER] = folder
+    values.ValueClass = values.MultiProcessValue()
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -29,7 +49,8 @@ class Metrics:
             return Counter(name, doc, labels, registry=r)
 
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+            # Shared between processes, a gauge is the sum over the living ones (each sets its own part).
+            return Gauge(name, doc, labels, registry=r, multiprocess_mode="livesum")
 
         def histogram(
             name: str, doc: str, labels: tuple[str, ...] = ("model",), buckets: tuple[float, ...] = LATENCY_BUCKETS
@@ -73,10 +94,21 @@ class Metrics:
         )
         self.prefill_time = histogram("serve_request_prefill_time_seconds", "Admission to the first generated token.")
         self.decode_time = histogram("serve_request_decode_time_seconds", "First to last generated token.")
-        # process_* (CPU, memory, file descriptors) and python_* for this registry, as the default one has.
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        r.register(GC_COLLECTOR)
+        # process_* (CPU, memory, file descriptors) and python_* for this registry, as the default one has;
+        # shared between processes, these would describe only the one that answers, so they are left out.
+        self.shared_folder = os.environ.get(SHARED_FOLDER)
+        if self.shared_folder is None:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            r.register(GC_COLLECTOR)
+
+    def render(self) -> bytes:
+        """The Prometheus text format: this registry's, or every process's where they share a folder."""
+        if self.shared_folder is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.shared_folder)
+        return generate_latest(registry)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import asyncio
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -27,6 +28,12 @@ class TokenScore:
     id: int
     logprob: float | None  # None for the first token: nothing precedes it
     top: list[tuple[int, float]] | None  # the k most likely ids at this position, best first
+
+
+class Scorer(Protocol):
+    """Scores prompts: the generator's PromptScorer, or a front end's stand-in that asks the engine process."""
+
+    async def score(self, prompts: list[list[int]], top_k: int, deadline: float | None) -> list[list[TokenScore]]: ...
 
 
 @dataclass(eq=False)

@@ -30,6 +30,11 @@ class Sequence:
         self.handle: Handle[Any, Any] | None = None
         self.index = 0  # its position in the handle
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What crosses from a front-end process to the engine's (service/multiprocess): the sequence's
+        own data, not its handle nor the HTTP request's timing record (they stay with the front end)."""
+        return self.__dict__ | {"handle": None, "timing": None}
+
 
 SeqT = TypeVar("SeqT", bound=Sequence)
 

@@ -11,7 +11,7 @@ from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 from tokenizers import Encoding, Tokenizer
 
-from service.engine.scheduling import Scheduler
+from service.engine.scheduling import SequenceQueue
 from service.engine.sequence import SeqT
 from service.engine.token_count import TokenCount, count_past
 from service.runtime.artifact import Artifact
@@ -44,7 +44,7 @@ class ThreadWork:
 
 
 class TaskService(Generic[SeqT]):
-    scheduler: Scheduler[SeqT]  # each service builds it once its model exists
+    scheduler: SequenceQueue[SeqT]  # each service builds its Scheduler once its model exists
     warmup_texts: ClassVar[tuple[str, ...]] = ()  # a short and a longer one, where warm-up runs texts
     tokenizer_work: TokenizerWork = ThreadWork()  # the engine hands every service the server's
 

@@ -118,6 +118,7 @@ class GraphSession:
     ) -> None:
         self.name = f"{model}/{spec.role}"
         self.spec = spec
+        self.detached = False
         path, self.quantization = self._pick_file(spec, options.quantization)
         self.file = path
         requested = requested_providers(options.device)
@@ -198,6 +199,11 @@ class GraphSession:
             return value
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), self.device, 0)
 
+    def detach(self) -> None:
+        """Refuse every run from now on: a front-end process (SERVE_API_PROCESSES > 1) is forked with the
+        engine's sessions, whose thread pools live only in the engine process; a run there would hang."""
+        self.detached = True
+
     def has_output(self, name: str) -> bool:
         return name in self.output_names
 
@@ -207,6 +213,8 @@ class GraphSession:
         """Run the graph. Outputs named in `keep` stay where the session computed them (an OrtValue on
         the device under IOBinding) so they can be fed back next step; the rest come back as numpy.
         `busy`: the run answers several requests at once (the busy session, where there is one)."""
+        if self.detached:
+            raise RuntimeError(f"{self.name}: this is a front-end process; models run in the engine process")
         if not self.io_binding:
             host = {name: to_numpy(value) for name, value in feeds.items()}
             session = self.busy_session if busy and self.busy_session is not None else self.session

@@ -19,10 +19,17 @@ from harness.reliability.sections import Outcome
 OUTCOMES: list[Outcome] = []
 
 
+@pytest.fixture(scope="package", params=["1", "2"], ids=["api_processes=1", "api_processes=2"])
+def api_processes(request: pytest.FixtureRequest) -> str:
+    """Every section runs against the server in one process and with its HTTP front end in two."""
+    processes: str = request.param
+    return processes
+
+
 @pytest.fixture(scope="package")
-def suite_server() -> Iterator[Target]:
+def suite_server(api_processes: str) -> Iterator[Target]:
     """One server (the committed artifacts, the suite's small limits) for the sections that share it."""
-    with LocalServer() as server:
+    with LocalServer(SERVE_API_PROCESSES=api_processes) as server:
         yield server.wait_ready()
 
 

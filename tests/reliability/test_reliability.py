@@ -13,56 +13,58 @@ from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTI
 SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
 
 
-def passed(outcome: Outcome, record: list[Outcome]) -> bool:
+def passed(outcome: Outcome, record: list[Outcome], api_processes: str = "1") -> bool:
+    if api_processes != "1":  # the report keys sections by name: both runs of a section are kept
+        outcome.name = f"{outcome.name} (SERVE_API_PROCESSES={api_processes})"
     record.append(outcome)
     return outcome.passed
 
 
-async def test_schemathesis(suite_server: Target, record: list[Outcome]) -> None:
+async def test_schemathesis(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.schemathesis(suite_server, max_examples=8)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_bad_input(suite_server: Target, record: list[Outcome]) -> None:
+async def test_bad_input(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.bad_input(suite_server)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_load_equals_solo(suite_server: Target, record: list[Outcome]) -> None:
+async def test_load_equals_solo(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.load(suite_server, requests=256, concurrency=64)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_attention_amplification(suite_server: Target, record: list[Outcome]) -> None:
+async def test_attention_amplification(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.attention(suite_server)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_tokenize_bursts(suite_server: Target, record: list[Outcome]) -> None:
+async def test_tokenize_bursts(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.tokenize(suite_server)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_disconnects(suite_server: Target, record: list[Outcome]) -> None:
+async def test_disconnects(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.disconnects(suite_server)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_soak(suite_server: Target, record: list[Outcome]) -> None:
+async def test_soak(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.soak(suite_server, seconds=SOAK_S)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_overload(record: list[Outcome]) -> None:
-    with LocalServer(base=SUITE_SETTINGS | OVERLOAD_SETTINGS) as server:
+async def test_overload(api_processes: str, record: list[Outcome]) -> None:
+    with LocalServer(base=SUITE_SETTINGS | OVERLOAD_SETTINGS, SERVE_API_PROCESSES=api_processes) as server:
         outcome = await sections.overload(server.wait_ready(), seconds=5)
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
-async def test_sigterm(record: list[Outcome]) -> None:
-    with LocalServer(SERVE_MAX_BATCH_SIZE="16", SERVE_DRAIN_TIMEOUT_S="2") as server:
+async def test_sigterm(api_processes: str, record: list[Outcome]) -> None:
+    with LocalServer(SERVE_MAX_BATCH_SIZE="16", SERVE_DRAIN_TIMEOUT_S="2", SERVE_API_PROCESSES=api_processes) as server:
         outcome = await sections.sigterm(server.wait_ready())
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures
 
 
 async def test_artifacts(record: list[Outcome]) -> None:
@@ -75,15 +77,15 @@ async def test_faults(record: list[Outcome]) -> None:
     assert passed(outcome, record), outcome.failures
 
 
-async def test_slow_clients_then_stuck_drain(record: list[Outcome]) -> None:
-    with LocalServer(base=SUITE_SETTINGS | TRANSPORT_SETTINGS) as server:
+async def test_slow_clients_then_stuck_drain(api_processes: str, record: list[Outcome]) -> None:
+    with LocalServer(base=SUITE_SETTINGS | TRANSPORT_SETTINGS, SERVE_API_PROCESSES=api_processes) as server:
         target = server.wait_ready()
         slow = await sections.slow_clients(target)
         stuck = await sections.stuck_drain(target)
-    assert passed(slow, record) & passed(stuck, record), slow.failures + stuck.failures
+    assert passed(slow, record, api_processes) & passed(stuck, record, api_processes), slow.failures + stuck.failures
 
 
-async def test_stuck_readers(record: list[Outcome]) -> None:
-    with LocalServer(base=SUITE_SETTINGS | SEND_TIMEOUT_SETTINGS) as server:
+async def test_stuck_readers(api_processes: str, record: list[Outcome]) -> None:
+    with LocalServer(base=SUITE_SETTINGS | SEND_TIMEOUT_SETTINGS, SERVE_API_PROCESSES=api_processes) as server:
         outcome = await sections.stuck_readers(server.wait_ready())
-    assert passed(outcome, record), outcome.failures
+    assert passed(outcome, record, api_processes), outcome.failures

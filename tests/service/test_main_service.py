@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
+@pytest.mark.parametrize("api_processes", [1, 2])
+async def test_sigterm_drains_then_exits(tiny_artifacts: Path, api_processes: int) -> None:
+    """In one process, or with the HTTP front end in two (the signal reaches the engine process, which
+    passes it on)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
     env |= {
@@ -32,6 +36,7 @@ async def test_sigterm_drains_then_exits(tiny_artifacts: Path) -> None:
         "SERVE_MAX_NEW_TOKENS": "120",
         "SERVE_DRAIN_TIMEOUT_S": "30",
         "SERVE_LOG_LEVEL": "warning",
+        "SERVE_API_PROCESSES": str(api_processes),
     }
     # Popen starts the server and returns at once; the loop never waits on the process.
     proc = subprocess.Popen(  # noqa: ASYNC220

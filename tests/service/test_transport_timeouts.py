@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from service.__main__ import server_config
+from service.server import server_config
 from service.api.tracing import RequestContextMiddleware
 from service.http_protocol import TimeoutProtocol, timeout_protocol
 from service.logs import RequestIdFilter

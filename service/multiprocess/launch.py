@@ -1,0 +1,149 @@
+"""SERVE_API_PROCESSES=N (N > 1): the HTTP front end in N processes, the models in one engine process.
+
+One process does everything by default: HTTP parsing, validation, tokenizing and rendering answers share
+one interpreter lock with the models' decode loops, so on a machine with a fast accelerator and many cores
+that Python front end, not the model, sets the throughput (vLLM splits its API server from its engine core
+for the same reason). Here:
+
+- `python -m service` loads the models, binds the port, and forks N front-end processes (as gunicorn's
+  --preload does): each gets a copy of the loaded engine, with its sessions detached, and serves HTTP on
+  the shared socket; the kernel spreads connections between them.
+- This process stays the engine: it runs the models' schedulers, warms up, and serves each front end's
+  socket pair (service/multiprocess/core.py). A front end turns ready when the engine is warm.
+- Signals: SIGTERM or SIGINT here is passed on to every front end as SIGTERM, so each drains as one
+  process does (new requests 503, in-flight ones finish, cut at SERVE_DRAIN_TIMEOUT_S); a second signal
+  stops them at once. When they have all exited the engine stops, with exit status 0.
+- A front end that exits on its own is a failure: the others are stopped and the exit status is 1 (the
+  orchestrator restarts the whole server). A front end whose engine process is gone fails its requests
+  with 503 and exits.
+
+Metrics are shared through prometheus_client's multiprocess files (service/engine/metrics.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+
+import uvicorn
+from fastapi import FastAPI
+
+from service.app import begin_drain, warm_up
+from service.engine.engine import Engine
+from service.multiprocess.core import FrontEnd
+from service.multiprocess.front import GONE, attach_front
+from service.server import DrainingServer
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+STARTUP_FAILURE = 3  # uvicorn's exit status for a failed start-up (port in use, ...)
+# After the drain timeout, how long the front ends get to exit before they are killed.
+EXIT_GRACE_S = 5.0
+
+
+def serve_processes(app: FastAPI, engine: Engine, config: uvicorn.Config, settings: Settings) -> int:
+    """Fork the front ends, then run the engine in this process until they have exited; the exit status."""
+    try:
+        listener = config.bind_socket()
+    except SystemExit:  # uvicorn logged why (port in use, ...)
+        return STARTUP_FAILURE
+    pairs = [socket.socketpair() for _ in range(settings.api_processes)]
+    fronts: list[tuple[int, socket.socket]] = []
+    for here, there in pairs:
+        pid = os.fork()
+        if pid == 0:  # a front end: never returns
+            for other_here, other_there in pairs:
+                other_here.close()
+                if other_there is not there:
+                    other_there.close()
+            _exit_front(app, engine, config, settings, listener, there)
+        there.close()
+        fronts.append((pid, here))
+    listener.close()  # the front ends accept; this process only runs the models
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # uvloop, as the front ends
+        return runner.run(_run_engine(engine, fronts, settings))
+
+
+def _exit_front(
+    app: FastAPI,
+    engine: Engine,
+    config: uvicorn.Config,
+    settings: Settings,
+    listener: socket.socket,
+    link: socket.socket,
+) -> None:
+    """Serve HTTP as a front end until drained, then exit the process."""
+    status = 1
+    try:
+        # The tokenizers' thread pool did not survive the fork: long texts are tokenized on one thread.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        server = DrainingServer(config, app, settings.drain_timeout_s, interrupts=False)
+
+        def engine_gone() -> None:
+            engine.failure = GONE
+            begin_drain(app)
+            server.handle_exit(signal.SIGTERM, None)
+
+        attach_front(engine, link, engine_gone)
+        server.run(sockets=[listener])
+        status = 0 if server.started else STARTUP_FAILURE
+    except BaseException:
+        log.exception("front-end process %d failed", os.getpid())
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)  # not the engine's atexit handlers (they belong to the process that forked)
+
+
+async def _run_engine(engine: Engine, pids_and_links: list[tuple[int, socket.socket]], settings: Settings) -> int:
+    await engine.start()
+    fronts = [FrontEnd(engine, pid) for pid, _ in pids_and_links]
+    for front, (_, sock) in zip(fronts, pids_and_links, strict=True):
+        await front.connect(sock)
+        front.state()
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+
+    def forward(sig: int) -> None:
+        signals.append(sig)
+        log.info("signal %d: %s the front ends", sig, "draining" if len(signals) == 1 else "stopping")
+        for front in fronts:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(front.pid, signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, forward, sig)
+
+    async def warm() -> None:
+        await warm_up(engine, settings.warmup)
+        for front in fronts:
+            front.state()
+
+    warming = asyncio.create_task(warm(), name="warm-up")
+    gone = [front.gone for front in fronts if front.gone is not None]
+    await asyncio.wait(gone, return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if not signals:
+        log.error("a front-end process exited unexpectedly: stopping the server")
+        status = 1
+        forward(signal.SIGTERM)
+    _, alive = await asyncio.wait(gone, timeout=settings.drain_timeout_s + EXIT_GRACE_S)
+    if alive:
+        log.error("%d front-end process(es) still running after the drain: killing them", len(alive))
+        for front in fronts:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(front.pid, signal.SIGKILL)
+    for front in fronts:
+        _, code = await asyncio.to_thread(os.waitpid, front.pid, 0)
+        if os.waitstatus_to_exitcode(code) == STARTUP_FAILURE:
+            status = STARTUP_FAILURE
+    warming.cancel()
+    await asyncio.gather(warming, return_exceptions=True)
+    await engine.stop()
+    return status
