@@ -263,8 +263,8 @@ class _InProcessServer:
     def __init__(self, **overrides: Any) -> None:
         import uvicorn
 
-        from service.server import server_config
         from service.app import create_app
+        from service.server import server_config
         from service.settings import Settings
 
         values: dict[str, Any] = {

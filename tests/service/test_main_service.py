@@ -75,3 +75,64 @@ async def test_sigterm_drains_then_exits(tiny_artifacts: Path, api_processes: in
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+async def test_a_front_end_that_dies_stops_the_server(tiny_artifacts: Path) -> None:
+    """SERVE_API_PROCESSES=2: a front-end process killed is a failure (exit status 1, the other front end
+    stops too), for the orchestrator to restart the server; the engine killed ends its front ends."""
+    for victim in ("front end", "engine"):
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
+        env |= {
+            "SERVE_HOST": "127.0.0.1",
+            "SERVE_PORT": str(port),
+            "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
+            "SERVE_MODELS": "classifier",
+            "SERVE_INTRA_OP_THREADS": "1",
+            "SERVE_LOG_LEVEL": "warning",
+            "SERVE_API_PROCESSES": "2",
+        }
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            [sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                for _ in range(300):
+                    try:
+                        if (await client.get("/ready")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await asyncio.sleep(0.1)
+                assert (await client.post("/v1/classify", json={"text": "hi"})).status_code == 200
+            fronts = children(proc.pid)
+            assert len(fronts) == 2
+            if victim == "front end":
+                os.kill(fronts[0], signal.SIGKILL)
+                assert proc.wait(timeout=20) == 1
+                assert "a front-end process exited unexpectedly" in (proc.stderr.read() if proc.stderr else "")
+            else:
+                proc.kill()
+                proc.wait()
+            for _ in range(200):  # the front ends exit (their parent was the server: init reaps them)
+                if not any(_running(pid) for pid in fronts):
+                    break
+                await asyncio.sleep(0.05)
+            assert not any(_running(pid) for pid in fronts), victim
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waits only for its parent to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return "zombie" not in state

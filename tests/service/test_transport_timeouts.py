@@ -17,10 +17,10 @@ from fastapi import FastAPI
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from service.server import server_config
 from service.api.tracing import RequestContextMiddleware
 from service.http_protocol import TimeoutProtocol, timeout_protocol
 from service.logs import RequestIdFilter
+from service.server import server_config
 from tests.service.conftest import http_scope
 from tests.service.sse_events import events
 
