@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import platform
@@ -178,48 +179,72 @@ def beside_classify_load(url: str, measure: Callable[[], T]) -> T:
             load.terminate()
 
 
-def run(rounds: int, threads: int, artifacts: Path, scale: float) -> tuple[dict[str, Any], dict[str, float]]:
-    cells: dict[str, dict[str, list[dict[str, float]]]] = {row.name: {"ours": [], "floor": []} for row in ROWS}
-    mixed: list[dict[str, float]] = []
-    with Server(artifacts, threads, models="classifier,generator") as ours, FloorServer(free_port()) as floor:
-        servers: dict[str, tuple[str, Callable[[], int]]] = {
-            "ours": (ours.url, lambda: ours.proc.pid), "floor": (floor.url, lambda: floor.proc.pid)}
+def side_name(processes: int) -> str:
+    """Our server with `processes` HTTP front ends (SERVE_API_PROCESSES)."""
+    return "ours" if processes == 1 else f"ours, {processes} front ends"
+
+
+def run(
+    rounds: int, threads: int, artifacts: Path, scale: float, api_processes: list[int]
+) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    sides = [*(side_name(n) for n in api_processes), "floor"]
+    cells: dict[str, dict[str, list[dict[str, float]]]] = {row.name: {side: [] for side in sides} for row in ROWS}
+    mixed: dict[str, list[dict[str, float]]] = {side_name(n): [] for n in api_processes}
+    with contextlib.ExitStack() as stack:
+        models = "classifier,generator"
+        ours = {
+            side_name(n): stack.enter_context(Server(artifacts, threads, models=models, api_processes=n))
+            for n in api_processes
+        }
+        floor = stack.enter_context(FloorServer(free_port()))
+        targets = {side: (server.url, server.proc.pid) for side, server in ours.items()}
+        targets["floor"] = (floor.url, floor.proc.pid)
         for r in range(rounds):
             for row in ROWS:
-                for side in ("ours", "floor") if r % 2 == 0 else ("floor", "ours"):
-                    url, pid = servers[side]
-                    cells[row.name][side].append(measure(url, pid(), row, scale))
+                for side in sides if r % 2 == 0 else reversed(sides):
+                    cells[row.name][side].append(measure(*targets[side], row, scale))
                     print(f"round {r + 1} {row.name} {side}: {cells[row.name][side][-1]}", flush=True)
-            mixed.append(streams_beside_classify(ours.url, scale))
-            print(f"round {r + 1} streams beside classify: {mixed[-1]}", flush=True)
-    medians = {key: round(statistics.median(m[key] for m in mixed), 2) for key in mixed[0]}
-    return {name: summarize(sides) for name, sides in cells.items()}, medians
+            for side in mixed:
+                mixed[side].append(streams_beside_classify(targets[side][0], scale))
+                print(f"round {r + 1} streams beside classify, {side}: {mixed[side][-1]}", flush=True)
+    medians = {
+        side: {key: round(statistics.median(m[key] for m in runs), 2) for key in runs[0]}
+        for side, runs in mixed.items()
+    }
+    return {name: summarize(by_side) for name, by_side in cells.items()}, medians
 
 
 def summarize(sides: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     def median(side: str, key: str) -> float:
         return statistics.median(c[key] for c in sides[side])
 
-    out = {f"{side}_{key}": round(median(side, key), 2) for side in sides for key in ("rate", "cpu_us", "loop_cpu_us")}
-    out["ours_per_floor"] = round(median("ours", "rate") / median("floor", "rate"), 3)
+    out: dict[str, Any] = {}
+    for side in sides:
+        out[side] = {key: round(median(side, key), 2) for key in ("rate", "cpu_us", "loop_cpu_us")}
+        out[side]["per_floor"] = round(median(side, "rate") / median("floor", "rate"), 3)
+        one = median("ours", "rate") if "ours" in sides else None
+        out[side]["per_one_process"] = None if one is None else round(median(side, "rate") / one, 3)
     out["other_cores"] = round(max(c["other_cores"] for cells in sides.values() for c in cells), 2)
     return out
 
 
-def table(summary: dict[str, Any], mixed: dict[str, float]) -> str:
-    lines = ["| row | ours /s | floor /s | ours / floor | server CPU per unit: ours | of it, event loop | floor "
-             "| other cores |", "|---|---|---|---|---|---|---|---|"]
+def table(summary: dict[str, Any], mixed: dict[str, dict[str, float]]) -> str:
+    lines = ["| row | server | /s | / floor | / one process | server CPU per unit | of it, event loops |",
+             "|---|---|---|---|---|---|---|"]
     for row in ROWS:
-        s = summary[row.name]
         unit = "request" if row.unit == "requests" else "token"
-        lines.append(f"| {row.name} | {s['ours_rate']:.0f} | {s['floor_rate']:.0f} | {s['ours_per_floor']:.2f} | "
-                     f"{s['ours_cpu_us']:.0f} us/{unit} | {s['ours_loop_cpu_us']:.0f} us/{unit} | "
-                     f"{s['floor_cpu_us']:.0f} us/{unit} | {s['other_cores']} |")
-    lines += ["", f"| {MIXED_STREAMS} streams of {STREAM_TOKENS} tokens | tokens/s | time per token p50 ms "
-              "| inter-token gap p99 ms | gap p99 / time per token |", "|---|---|---|---|---|"]
-    for suffix, name in (("_alone", "alone"), ("", f"beside {MIXED_CLASSIFIERS} classify clients")):
-        lines.append(f"| {name} | {mixed['tokens_per_s' + suffix]:.0f} | {mixed['tpot_p50_ms' + suffix]} | "
-                     f"{mixed['gap_p99_ms' + suffix]} | {mixed['gap_p99_per_tpot' + suffix]} |")
+        for side, s in summary[row.name].items():
+            if side == "other_cores":
+                continue
+            versus_one = "" if s["per_one_process"] is None else f"{s['per_one_process']:.2f}"
+            lines.append(f"| {row.name} | {side} | {s['rate']:.0f} | {s['per_floor']:.2f} | {versus_one} | "
+                         f"{s['cpu_us']:.0f} us/{unit} | {s['loop_cpu_us']:.0f} us/{unit} |")
+    lines += ["", f"| {MIXED_STREAMS} streams of {STREAM_TOKENS} tokens | server | tokens/s | time per token p50 ms "
+              "| inter-token gap p99 ms | gap p99 / time per token |", "|---|---|---|---|---|---|"]
+    for side, m in mixed.items():
+        for suffix, name in (("_alone", "alone"), ("", f"beside {MIXED_CLASSIFIERS} classify clients")):
+            lines.append(f"| {name} | {side} | {m['tokens_per_s' + suffix]:.0f} | {m['tpot_p50_ms' + suffix]} | "
+                         f"{m['gap_p99_ms' + suffix]} | {m['gap_p99_per_tpot' + suffix]} |")
     return "\n".join(lines)
 
 
@@ -228,18 +253,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="the server's intra-op threads")
     parser.add_argument("--scale", type=float, default=1.0, help="requests per cell times this (smoke runs: 0.05)")
+    parser.add_argument("--api-processes", default="1,2",
+                        help="comma-separated SERVE_API_PROCESSES values, each a server of its own (1 first)")
     parser.add_argument("--out", type=Path, default=Path("bench_results/server_ceiling.json"))
     args = parser.parse_args()
+    api_processes = sorted({int(n) for n in args.api_processes.split(",")})
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = Path(tmp)
         export_tiny_artifacts(artifacts, ("classifier", "generator"))
-        summary, mixed = run(args.rounds, args.threads, artifacts, args.scale)
+        summary, mixed = run(args.rounds, args.threads, artifacts, args.scale, api_processes)
     print(table(summary, mixed))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"command": "python -m benchmarks.server_ceiling " + " ".join(
-        f"--{k} {v}" for k, v in (("rounds", args.rounds), ("threads", args.threads), ("scale", args.scale))),
-        "machine": platform.processor() or platform.machine(), "rows": summary,
-        f"{MIXED_STREAMS} streams beside {MIXED_CLASSIFIERS} classify clients": mixed}
+    options = (("rounds", args.rounds), ("threads", args.threads), ("scale", args.scale),
+               ("api-processes", args.api_processes))
+    record = {"command": "python -m benchmarks.server_ceiling " + " ".join(f"--{k} {v}" for k, v in options),
+              "machine": platform.processor() or platform.machine(), "rows": summary,
+              f"{MIXED_STREAMS} streams beside {MIXED_CLASSIFIERS} classify clients": mixed}
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.out}")
 

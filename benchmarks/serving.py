@@ -255,15 +255,22 @@ def machine_cpu_seconds() -> float:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) process `pid` has used so far."""
-    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
+    """CPU time (user + system) process `pid` and its living children (the front-end processes of
+    SERVE_API_PROCESSES > 1) have used so far."""
+    return sum(_cpu_seconds(Path(f"/proc/{p}/stat")) for p in _with_children(pid))
 
 
 def main_thread_cpu_seconds(pid: int) -> float:
-    """CPU time of process `pid`'s main thread alone: for `python -m service` (and the floor), the thread that
-    runs the event loop, so its growth is what the HTTP work, validation and response rendering cost, apart
-    from the engine's worker threads and ONNX Runtime's."""
-    return _cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat"))
+    """CPU time of the main threads of process `pid` and its children: for `python -m service` (and the
+    floor), the threads that run event loops, so its growth is what the HTTP work, validation and response
+    rendering cost (and, with front-end processes, the engine process's relaying), apart from the engine's
+    worker threads and ONNX Runtime's."""
+    return sum(_cpu_seconds(Path(f"/proc/{p}/task/{p}/stat")) for p in _with_children(pid))
+
+
+def _with_children(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(int(child) for child in children)]
 
 
 def _cpu_seconds(stat: Path) -> float:
