@@ -7,7 +7,7 @@ for the same reason). Here:
 
 - `python -m service` loads the models, binds the port, and forks N front-end processes (as gunicorn's
   --preload does): each gets a copy of the loaded engine, with its sessions detached, and serves HTTP on
-  the shared socket; the kernel spreads connections between them.
+  a listening socket of its own on that port (SO_REUSEPORT); the kernel spreads connections between them.
 - This process stays the engine: it runs the models' schedulers, warms up, and serves each front end's
   socket pair (service/multiprocess/core.py). A front end turns ready when the engine is warm.
 - Signals: SIGTERM or SIGINT here is passed on to every front end as SIGTERM, so each drains as one
@@ -50,24 +50,47 @@ EXIT_GRACE_S = 5.0
 def serve_processes(app: FastAPI, engine: Engine, config: uvicorn.Config, settings: Settings) -> int:
     """Fork the front ends, then run the engine in this process until they have exited; the exit status."""
     try:
-        listener = config.bind_socket()
-    except SystemExit:  # uvicorn logged why (port in use, ...)
+        listeners = bind_listeners(settings.host, settings.port, settings.api_processes)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", settings.host, settings.port, exc)
         return STARTUP_FAILURE
-    pairs = [socket.socketpair() for _ in range(settings.api_processes)]
+    log.info("listening on http://%s:%d with %d front-end processes", settings.host, settings.port, len(listeners))
+    pairs = [socket.socketpair() for _ in listeners]
     fronts: list[tuple[int, socket.socket]] = []
-    for here, there in pairs:
+    for listener, (here, there) in zip(listeners, pairs, strict=True):
         pid = os.fork()
         if pid == 0:  # a front end: never returns
-            for other_here, other_there in pairs:
-                other_here.close()
-                if other_there is not there:
-                    other_there.close()
+            for other in [*listeners, *(end for pair in pairs for end in pair)]:
+                if other is not listener and other is not there:
+                    other.close()
             _exit_front(app, engine, config, settings, listener, there)
         there.close()
         fronts.append((pid, here))
-    listener.close()  # the front ends accept; this process only runs the models
+    for listener in listeners:
+        listener.close()  # the front ends accept; this process only runs the models
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:  # uvloop, as the front ends
         return runner.run(_run_engine(engine, fronts, settings))
+
+
+def bind_listeners(host: str, port: int, count: int) -> list[socket.socket]:
+    """One listening socket per front end, all on host:port (SO_REUSEPORT): the kernel spreads new
+    connections evenly between them. (One shared socket lets whichever process wakes first accept a whole
+    burst: measured with 32 clients, one front end got 3 times the other's.) The port is first bound
+    without SO_REUSEPORT, so one already in use fails here, as in one process, rather than being shared."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    listeners = []
+    for _ in range(count):
+        sock = socket.socket(family)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+        listeners.append(sock)
+    return listeners
 
 
 def _exit_front(
