@@ -3,14 +3,18 @@ the bare-uvicorn floor (benchmarks/http_floor.py: the same answers at once, no f
 by the same client in the same run. What is left between them is the cost of our request path, which is
 what limits a server whose model steps take a millisecond on a GPU.
 
-    python -m benchmarks.server_ceiling [--rounds 3] [--threads 2] [--scale 1] [--out bench_results/server_ceiling.json]
+    python -m benchmarks.server_ceiling [--rounds 3] [--threads 2] [--scale 1] [--api-processes 1,2]
+                                        [--out bench_results/server_ceiling.json]
 
-Rows: classify one request at a time and with 32 concurrent clients (requests/s), and 16 concurrent
-streams of generated tokens (tokens/s). Each row gives ours, the floor, ours / floor, and each server's CPU
-per request or per token: its process CPU time over the cell (the untimed warm-up requests counted too)
-divided by what it answered, and the part of it spent on the event loop's thread (the HTTP work,
-validation, tokenizing and rendering, apart from the engine's worker and ONNX Runtime threads). Rates are
-the median over the rounds; ours and the floor alternate within a round.
+Ours runs once per --api-processes value (SERVE_API_PROCESSES: the HTTP front end in that many processes
+beside one engine process), each a server of its own. Rows: classify one request at a time and with 32
+concurrent clients (requests/s), and 16 concurrent streams of generated tokens (tokens/s). Each row gives
+every server's rate, its ratio to the floor and to ours in one process, and its CPU per request or per
+token: the CPU time of its processes over the cell (the untimed warm-up requests counted too) divided by
+what it answered; of it, the part spent on the main threads, which run the event loops (the HTTP work,
+validation, tokenizing and rendering, and with front ends the engine process's relaying), apart from the
+engine's worker and ONNX Runtime threads; and the part of the engine process (with one process, all of it).
+Rates are the median over the rounds; the servers alternate within a round.
 
 One more table, ours alone: the 16 streams again, alone and while 32 classify clients run beside them (from a
 process of their own). For the streams: tokens/s, the time per output token (a request's first to last token
@@ -51,6 +55,7 @@ from benchmarks.serving import (
     generate,
     machine_cpu_seconds,
     main_thread_cpu_seconds,
+    own_cpu_seconds,
     process_cpu_seconds,
 )
 from model.export.tiny import export_tiny_artifacts
@@ -80,7 +85,7 @@ ROWS = (
 def measure(url: str, pid: int, row: Row, scale: float) -> dict[str, float]:
     """One cell: the rate, the server's CPU per unit answered, and the cores everything else used."""
     requests = max(row.concurrency, round(row.requests * scale))
-    cpu, loop = process_cpu_seconds(pid), main_thread_cpu_seconds(pid)
+    cpu, loop, engine = process_cpu_seconds(pid), main_thread_cpu_seconds(pid), own_cpu_seconds(pid)
     machine, client = machine_cpu_seconds(), client_cpu_seconds()
     cell = asyncio.run(drive(url, row.name, row.client, row.concurrency, requests))
     if cell.errors:
@@ -88,9 +93,11 @@ def measure(url: str, pid: int, row: Row, scale: float) -> dict[str, float]:
     served = cell.tokens if row.unit == "tokens" else requests
     answered = served + row.concurrency * row.per_request  # drive's warm-up requests ran too
     server_cpu, loop_cpu = process_cpu_seconds(pid) - cpu, main_thread_cpu_seconds(pid) - loop
+    engine_cpu = own_cpu_seconds(pid) - engine
     others = machine_cpu_seconds() - machine - server_cpu - (client_cpu_seconds() - client)
     return {"rate": served / cell.seconds, "cpu_us": 1e6 * server_cpu / answered,
-            "loop_cpu_us": 1e6 * loop_cpu / answered, "other_cores": max(0.0, others) / cell.seconds}
+            "loop_cpu_us": 1e6 * loop_cpu / answered, "engine_cpu_us": 1e6 * engine_cpu / answered,
+            "other_cores": max(0.0, others) / cell.seconds}
 
 
 def classify_load(url: str, ready: Any, stop: Any) -> None:
@@ -220,7 +227,8 @@ def summarize(sides: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for side in sides:
-        out[side] = {key: round(median(side, key), 2) for key in ("rate", "cpu_us", "loop_cpu_us")}
+        keys = ("rate", "cpu_us", "loop_cpu_us", "engine_cpu_us")
+        out[side] = {key: round(median(side, key), 2) for key in keys}
         out[side]["per_floor"] = round(median(side, "rate") / median("floor", "rate"), 3)
         one = median("ours", "rate") if "ours" in sides else None
         out[side]["per_one_process"] = None if one is None else round(median(side, "rate") / one, 3)
@@ -229,8 +237,8 @@ def summarize(sides: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any], mixed: dict[str, dict[str, float]]) -> str:
-    lines = ["| row | server | /s | / floor | / one process | server CPU per unit | of it, event loops |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| row | server | /s | / floor | / one process | server CPU per unit | of it, event loops "
+             "| of it, engine process |", "|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         unit = "request" if row.unit == "requests" else "token"
         for side, s in summary[row.name].items():
@@ -238,7 +246,8 @@ def table(summary: dict[str, Any], mixed: dict[str, dict[str, float]]) -> str:
                 continue
             versus_one = "" if s["per_one_process"] is None else f"{s['per_one_process']:.2f}"
             lines.append(f"| {row.name} | {side} | {s['rate']:.0f} | {s['per_floor']:.2f} | {versus_one} | "
-                         f"{s['cpu_us']:.0f} us/{unit} | {s['loop_cpu_us']:.0f} us/{unit} |")
+                         f"{s['cpu_us']:.0f} us/{unit} | {s['loop_cpu_us']:.0f} us/{unit} | "
+                         f"{s['engine_cpu_us']:.0f} us/{unit} |")
     lines += ["", f"| {MIXED_STREAMS} streams of {STREAM_TOKENS} tokens | server | tokens/s | time per token p50 ms "
               "| inter-token gap p99 ms | gap p99 / time per token |", "|---|---|---|---|---|---|"]
     for side, m in mixed.items():

@@ -268,6 +268,11 @@ def main_thread_cpu_seconds(pid: int) -> float:
     return sum(_cpu_seconds(Path(f"/proc/{p}/task/{p}/stat")) for p in _with_children(pid))
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` alone, its children left out (with front-end processes: the engine's)."""
+    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
 def _with_children(pid: int) -> list[int]:
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [pid, *(int(child) for child in children)]

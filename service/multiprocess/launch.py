@@ -33,7 +33,7 @@ import sys
 import uvicorn
 from fastapi import FastAPI
 
-from service.app import begin_drain, warm_up
+from service.app import warm_up
 from service.engine.engine import Engine
 from service.multiprocess.core import FrontEnd
 from service.multiprocess.front import GONE, attach_front
@@ -108,14 +108,15 @@ def _exit_front(
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         server = DrainingServer(config, app, settings.drain_timeout_s, interrupts=False)
 
-        def engine_gone() -> None:
+        def engine_gone() -> None:  # its requests have failed with 503: drain, which ends at once
             engine.failure = GONE
-            begin_drain(app)
             server.handle_exit(signal.SIGTERM, None)
 
         attach_front(engine, link, engine_gone)
         server.run(sockets=[listener])
         status = 0 if server.started else STARTUP_FAILURE
+    except SystemExit as exc:  # uvicorn's own exit (a failed start-up)
+        status = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         log.exception("front-end process %d failed", os.getpid())
     finally:

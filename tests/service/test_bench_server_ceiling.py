@@ -32,6 +32,7 @@ def test_server_ceiling_measures_ours_and_the_floor(tmp_path: Path) -> None:
             assert ours["rate"] > 0 and ours["per_floor"] > 0 and ours["per_one_process"] > 0, (name, side, row)
             assert 0 <= floor["cpu_us"] < ours["cpu_us"], (name, side, row)  # the floor does no work (10 ms ticks)
             assert 0 <= ours["loop_cpu_us"] <= ours["cpu_us"], (name, side, row)  # the event loops are some threads
+            assert 0 < ours["engine_cpu_us"] <= ours["cpu_us"], (name, side, row)
         assert row["ours"]["per_one_process"] == 1, row
     for side in sides:
         streams = record["16 streams beside 32 classify clients"][side]
