@@ -20,37 +20,43 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_server(artifacts: Path, **settings: str) -> tuple[subprocess.Popen[str], str]:
+    """`python -m service` on a free loopback port with these SERVE_* settings (lower case, without the
+    prefix); its stderr piped. Popen returns at once: an async test's loop never waits on the process."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
+    env |= {"SERVE_HOST": "127.0.0.1", "SERVE_PORT": str(port), "SERVE_ARTIFACTS_DIR": str(artifacts),
+            "SERVE_INTRA_OP_THREADS": "1", "SERVE_LOG_LEVEL": "warning"}
+    env |= {f"SERVE_{name.upper()}": value for name, value in settings.items()}
+    proc = subprocess.Popen([sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def wait_ready(client: httpx.AsyncClient) -> None:
+    for _ in range(300):
+        try:
+            if (await client.get("/ready")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.1)
+
+
 @pytest.mark.parametrize("api_processes", [1, 2])
 async def test_sigterm_drains_then_exits(tiny_artifacts: Path, api_processes: int) -> None:
     """In one process, or with the HTTP front end in two (the signal reaches the engine process, which
     passes it on)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
-    env |= {
-        "SERVE_HOST": "127.0.0.1",
-        "SERVE_PORT": str(port),
-        "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
-        "SERVE_MODELS": "generator,classifier",
-        "SERVE_INTRA_OP_THREADS": "1",
-        "SERVE_MAX_BATCH_SIZE": "1",
-        "SERVE_MAX_NEW_TOKENS": "120",
-        "SERVE_DRAIN_TIMEOUT_S": "30",
-        "SERVE_LOG_LEVEL": "warning",
-        "SERVE_API_PROCESSES": str(api_processes),
-    }
-    # Popen starts the server and returns at once; the loop never waits on the process.
-    proc = subprocess.Popen(  # noqa: ASYNC220
-        [sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
+    proc, url = start_server(
+        tiny_artifacts,
+        models="generator,classifier",
+        max_batch_size="1",
+        max_new_tokens="120",
+        drain_timeout_s="30",
+        api_processes=str(api_processes),
     )
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            for _ in range(300):
-                try:
-                    if (await client.get("/ready")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            await wait_ready(client)
             assert (await client.get("/health")).status_code == 200
             # One sequence at a time: these keep the server busy for a while.
             req = {"prompt": "Hi", "max_new_tokens": 120, "ignore_eos": True}
@@ -85,29 +91,10 @@ async def test_a_front_end_that_dies_stops_the_server(tiny_artifacts: Path) -> N
     """SERVE_API_PROCESSES=2: a front-end process killed is a failure (exit status 1, the other front end
     stops too), for the orchestrator to restart the server; the engine killed ends its front ends."""
     for victim in ("front end", "engine"):
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SERVE_")}
-        env |= {
-            "SERVE_HOST": "127.0.0.1",
-            "SERVE_PORT": str(port),
-            "SERVE_ARTIFACTS_DIR": str(tiny_artifacts),
-            "SERVE_MODELS": "classifier",
-            "SERVE_INTRA_OP_THREADS": "1",
-            "SERVE_LOG_LEVEL": "warning",
-            "SERVE_API_PROCESSES": "2",
-        }
-        proc = subprocess.Popen(  # noqa: ASYNC220
-            [sys.executable, "-m", "service"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
-        )
+        proc, url = start_server(tiny_artifacts, models="classifier", api_processes="2")
         try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                for _ in range(300):
-                    try:
-                        if (await client.get("/ready")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(0.1)
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                await wait_ready(client)
                 assert (await client.post("/v1/classify", json={"text": "hi"})).status_code == 200
             fronts = children(proc.pid)
             assert len(fronts) == 2
