@@ -4,6 +4,7 @@ of malformed inputs that must each get a 4xx in the error shape, the server heal
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -72,12 +73,27 @@ def _read_reports(reports: Path) -> tuple[int, dict[str, int], set[str]]:
                         requests += 1
                         key = f"{response['status_code'] // 100}xx"
                         statuses[key] = statuses.get(key, 0) + 1
-                for check in payload.get("recorder", {}).get("checks", {}).values():
+                interactions = payload.get("recorder", {}).get("interactions", {})
+                for case_id, check in payload.get("recorder", {}).get("checks", {}).items():
                     for result in check:
                         if result.get("status") == "failure":
-                            info = result.get("failure_info", {}).get("failure", {})
-                            failures.add(f"{info.get('code')} {info.get('title')}: {info.get('operation')}")
+                            failure_info = result.get("failure_info", {})
+                            info = failure_info.get("failure", {})
+                            answer = _answer(interactions.get(case_id, {}).get("response"))
+                            request = str(failure_info.get("code_sample", ""))[:600]
+                            failures.add(f"{info.get('code')} {info.get('title')}: {info.get('operation')}"
+                                         f"\n  request: {request}\n  answer: {answer}")
     return requests, statuses, failures
+
+
+def _answer(response: dict[str, Any] | None) -> str:
+    """A recorded response, short: its status and the start of its body (which names the refusal)."""
+    if response is None:
+        return "none recorded"
+    body = response.get("content") or ""
+    if isinstance(body, dict) and "$base64" in body:  # how schemathesis's ndjson report writes bytes
+        body = base64.b64decode(body["$base64"]).decode("utf-8", "replace")
+    return f"{response.get('status_code')} {str(body)[:300]}"
 
 
 # --- bad input ----------------------------------------------------------------------------------------

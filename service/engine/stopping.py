@@ -36,7 +36,8 @@ class StopRows(RowArrays):
         ``eos``: the end token, or an array of them (a model with several, e.g. Llama 3's)."""
         self.drawn[:] += 1
         codes = np.where(self.drawn >= self.max_new, LENGTH, RUNNING)
-        ended = tokens == eos if np.ndim(eos) == 0 else np.isin(tokens, eos)
+        # A model's few end tokens against each row's token: a broadcast compare (np.isin costs ~20 us a step).
+        ended = tokens == eos if np.ndim(eos) == 0 else (tokens[:, None] == eos).any(axis=1)
         codes[ended & ~self.ignore_eos] = END
         return codes
 
