@@ -1,0 +1,72 @@
+"""Where a server's CPU goes, per process and thread: our service on tiny random artifacts, one cell of one
+client, and the CPU time each thread of the server's processes used over it, per request or per token.
+
+    python -m benchmarks.process_threads [--client classify|generate] [--concurrency 32] [--requests 4000]
+                                         [--api-processes 2] [--threads 2]
+
+With SERVE_API_PROCESSES > 1 the engine process's threads and each front end's are told apart: the engine's
+main thread runs its event loop (the relay to the front ends), its other threads are the models' workers
+and ONNX Runtime's; a front end's main thread runs its event loop (HTTP, validation, tokenizing, rendering).
+Prints one line per thread kind, in microseconds per unit; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+from benchmarks.serving import Server, classify, drive, generate
+from model.export.tiny import export_tiny_artifacts
+
+STREAM_TOKENS = 64
+
+
+def thread_cpu(pid: int) -> dict[tuple[str, int], float]:
+    """CPU seconds of every thread of `pid` and of its children, keyed by (role:thread kind, thread id)."""
+    pids = [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    out: dict[tuple[str, int], float] = {}
+    for index, process in enumerate(pids):
+        role = "engine" if index == 0 else f"front end {index}"
+        for thread in os.listdir(f"/proc/{process}/task"):
+            stat = Path(f"/proc/{process}/task/{thread}/stat").read_text()
+            fields = stat.rpartition(")")[2].split()
+            kind = "event loop" if int(thread) == process else "workers and ONNX Runtime"
+            out[(f"{role}: {kind}", int(thread))] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--client", choices=("classify", "generate"), default="classify")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--api-processes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="the server's intra-op threads")
+    args = parser.parse_args()
+    client = classify if args.client == "classify" else generate(STREAM_TOKENS)
+    with tempfile.TemporaryDirectory() as tmp:
+        artifacts = Path(tmp)
+        export_tiny_artifacts(artifacts, ("classifier", "generator"))
+        settings = {"models": "classifier,generator", "api_processes": args.api_processes}
+        with Server(artifacts, args.threads, **settings) as server:
+            asyncio.run(drive(server.url, "warm-up", client, args.concurrency, 300))
+            before = thread_cpu(server.proc.pid)
+            cell = asyncio.run(drive(server.url, "cell", client, args.concurrency, args.requests))
+            after = thread_cpu(server.proc.pid)
+    units = cell.tokens if args.client == "generate" else args.requests
+    per_kind: dict[str, float] = {}
+    for key, seconds in after.items():
+        per_kind[key[0]] = per_kind.get(key[0], 0.0) + seconds - before.get(key, 0.0)
+    unit = "token" if args.client == "generate" else "request"
+    rate = units / cell.seconds
+    print(f"{args.client}, {args.concurrency} concurrent, SERVE_API_PROCESSES={args.api_processes}: "
+          f"{rate:.0f} {unit}s/s, {1e6 * sum(per_kind.values()) / units:.0f} us of CPU per {unit}")
+    for kind, seconds in sorted(per_kind.items(), key=lambda item: -item[1]):
+        print(f"  {kind}: {1e6 * seconds / units:.0f} us/{unit}")
+
+
+if __name__ == "__main__":
+    main()
