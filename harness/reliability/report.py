@@ -12,7 +12,8 @@ DOC_END = "<!-- reliability:end -->"
 CHECKS = {
     "schemathesis": (
         "every operation of /openapi.json, positive and negative data, every check: no 5xx, responses match "
-        "the schema, valid requests accepted and invalid ones refused, no undocumented method answers"
+        "the schema, valid requests accepted (or refused for a token-dependent limit the document names, "
+        "counted apart) and invalid ones refused, no undocumented method answers"
     ),
     "bad_input": (
         "malformed bodies (UTF-8, surrogates, NaN, nesting, huge numbers/lists/bodies, chunked): "
@@ -66,7 +67,8 @@ def _burst(f: dict[str, Any]) -> str:
 
 def _figures(name: str, f: dict[str, Any]) -> str:
     if name == "schemathesis":
-        return f"{f['requests']} requests, {f['server_errors']} 5xx, {f['failed_checks']} failed checks"
+        return (f"{f['requests']} requests, {f['server_errors']} 5xx, {f['failed_checks']} failed checks, "
+                f"{f.get('token_limit_refusals', 0)} token-limit refusals")
     if name == "bad_input":
         return f"{f['cases']} cases, statuses {f['statuses']}"
     if name == "load":

@@ -10,7 +10,7 @@ import socket
 from typing import Any
 
 from service.engine.engine import Engine
-from service.engine.errors import EngineError, Unavailable
+from service.engine.errors import EngineError, InferenceFailed
 from service.engine.generation_service import GenerationService
 from service.engine.handle import Handle
 from service.engine.sequence import Sequence
@@ -98,10 +98,11 @@ class FrontEnd:
             outcome = await service.scorer.score(prompts, top_k, deadline)
         except asyncio.CancelledError:
             return
-        except Exception as exc:
-            outcome = exc if isinstance(exc, EngineError) else Unavailable(f"{model}: prompt scoring failed")
-            if not isinstance(exc, EngineError):
-                log.exception("%s: prompt scoring failed", model)
+        except EngineError as exc:  # 429 (too many scorings waiting), 504 (the deadline)
+            outcome = exc
+        except Exception:
+            log.exception("%s: prompt scoring failed", model)
+            outcome = InferenceFailed(f"{model}: inference failed (the server log has the details)")
         finally:
             self.scorings.pop(rid, None)
         self.send((SCORED, rid, outcome))
