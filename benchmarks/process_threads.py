@@ -7,7 +7,8 @@ client, and the CPU time each thread of the server's processes used over it, per
 With SERVE_API_PROCESSES > 1 the engine process's threads and each front end's are told apart: the engine's
 main thread runs its event loop (the relay to the front ends), its other threads are the models' workers
 and ONNX Runtime's; a front end's main thread runs its event loop (HTTP, validation, tokenizing, rendering).
-Prints one line per thread kind, in microseconds per unit; nothing is written.
+Prints one line per thread kind, in microseconds per unit, and the generator's decode steps over the cell
+with their mean rows (from /metrics); nothing is written.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import tempfile
 from pathlib import Path
+
+import httpx
 
 from benchmarks.serving import Server, classify, drive, generate
 from model.export.tiny import export_tiny_artifacts
@@ -53,9 +57,9 @@ def main() -> None:
         settings = {"models": "classifier,generator", "api_processes": args.api_processes}
         with Server(artifacts, args.threads, **settings) as server:
             asyncio.run(drive(server.url, "warm-up", client, args.concurrency, 300))
-            before = thread_cpu(server.proc.pid)
+            before, rows_before = thread_cpu(server.proc.pid), decode_rows(server.url)
             cell = asyncio.run(drive(server.url, "cell", client, args.concurrency, args.requests))
-            after = thread_cpu(server.proc.pid)
+            after, rows_after = thread_cpu(server.proc.pid), decode_rows(server.url)
     units = cell.tokens if args.client == "generate" else args.requests
     per_kind: dict[str, float] = {}
     for key, seconds in after.items():
@@ -66,6 +70,18 @@ def main() -> None:
           f"{rate:.0f} {unit}s/s, {1e6 * sum(per_kind.values()) / units:.0f} us of CPU per {unit}")
     for kind, seconds in sorted(per_kind.items(), key=lambda item: -item[1]):
         print(f"  {kind}: {1e6 * seconds / units:.0f} us/{unit}")
+    steps = rows_after[1] - rows_before[1]
+    if steps:
+        print(f"  decode steps: {steps:.0f}, {(rows_after[0] - rows_before[0]) / steps:.1f} rows each on average")
+
+
+def decode_rows(url: str) -> tuple[float, float]:
+    """The generator's decode steps so far, from /metrics: (rows over all of them, how many)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    found = [re.search(rf'^serve_batch_size_{part}{{model="generator",phase="decode"}} (\S+)$', text, re.MULTILINE)
+             for part in ("sum", "count")]
+    rows, steps = (float(match.group(1)) if match else 0.0 for match in found)
+    return rows, steps
 
 
 if __name__ == "__main__":
