@@ -31,6 +31,8 @@ class RelayHandle(Handle[Any, Any]):
         self._unreported = set(range(len(self.sequences)))  # sequences whose admission time is not sent yet
 
     def put(self, index: int, event: Any, final: bool) -> None:
+        if self.request_id not in self.front.requests:  # cancelled by the front end: nobody reads it there
+            return
         admitted = None
         if index in self._unreported:  # the first event: when the sequence left the queue, for x-queue-time
             self._unreported.discard(index)
