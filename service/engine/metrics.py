@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -25,15 +26,37 @@ from prometheus_client import (
 SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's: where every process writes its values
 
 
+SHARED_PREFIX = "serve-metrics-"  # then the pid of the process that made the folder, and a unique part
+
+
 def share_metrics_between_processes() -> None:
     """Every process's metrics in one folder of memory-mapped files (prometheus_client's multiprocess
     mode), so /metrics in any front-end process answers for the whole server (SERVE_API_PROCESSES > 1).
     Call it in the first process before any Metrics is built; forked processes write files of their own.
-    The folder goes when this process exits."""
-    folder = tempfile.mkdtemp(prefix="serve-metrics-")
+    The folder goes when this process exits, and the folders of servers that were killed (no exit
+    handler ran) when the next one starts."""
+    _remove_orphaned_folders()
+    folder = tempfile.mkdtemp(prefix=f"{SHARED_PREFIX}{os.getpid()}-")
     os.environ[SHARED_FOLDER] = folder
     values.ValueClass = values.MultiProcessValue()
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+def _remove_orphaned_folders() -> None:
+    for folder in Path(tempfile.gettempdir()).glob(f"{SHARED_PREFIX}*-*"):
+        pid = folder.name.removeprefix(SHARED_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)

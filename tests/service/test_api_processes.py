@@ -5,11 +5,15 @@ The forked processes themselves run in test_main_service.py and in the reliabili
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -189,3 +193,20 @@ async def test_frames_survive_any_split_of_the_byte_stream() -> None:
     for i in range(len(data)):  # one byte at a time
         link.data_received(data[i : i + 1])
     assert got == messages
+
+
+def test_a_killed_servers_metrics_folder_goes_when_the_next_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from service.engine import metrics
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = tmp_path / f"serve-metrics-{finished.stdout.strip()}-abc", tmp_path / f"serve-metrics-{os.getpid()}-x"
+    for folder in (dead, alive):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"\0")
+    metrics._remove_orphaned_folders()
+    assert not dead.exists() and alive.exists()
