@@ -15,31 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import tempfile
 from pathlib import Path
 
 import httpx
 
-from benchmarks.serving import Server, classify, drive, generate
+from benchmarks.serving import Server, ThreadCpu, classify, cpu_between, drive, generate, threads_cpu
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64
 
 
-def thread_cpu(pid: int) -> dict[tuple[str, int], float]:
-    """CPU seconds of every thread of `pid` and of its children, keyed by (role:thread kind, thread id)."""
-    pids = [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
-    out: dict[tuple[str, int], float] = {}
-    for index, process in enumerate(pids):
-        role = "engine" if index == 0 else f"front end {index}"
-        for thread in os.listdir(f"/proc/{process}/task"):
-            stat = Path(f"/proc/{process}/task/{thread}/stat").read_text()
-            fields = stat.rpartition(")")[2].split()
-            kind = "event loop" if int(thread) == process else "workers and ONNX Runtime"
-            out[(f"{role}: {kind}", int(thread))] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return out
+def kind_of(thread: ThreadCpu) -> str:
+    role = "engine" if thread.process == 0 else f"front end {thread.process}"
+    return f"{role}: {'event loop' if thread.main else 'workers and ONNX Runtime'}"
 
 
 def main() -> None:
@@ -57,13 +47,13 @@ def main() -> None:
         settings = {"models": "classifier,generator", "api_processes": args.api_processes}
         with Server(artifacts, args.threads, **settings) as server:
             asyncio.run(drive(server.url, "warm-up", client, args.concurrency, 300))
-            before, rows_before = thread_cpu(server.proc.pid), decode_rows(server.url)
+            before, rows_before = threads_cpu(server.proc.pid), decode_rows(server.url)
             cell = asyncio.run(drive(server.url, "cell", client, args.concurrency, args.requests))
-            after, rows_after = thread_cpu(server.proc.pid), decode_rows(server.url)
+            after, rows_after = threads_cpu(server.proc.pid), decode_rows(server.url)
     units = cell.tokens if args.client == "generate" else args.requests
     per_kind: dict[str, float] = {}
-    for key, seconds in after.items():
-        per_kind[key[0]] = per_kind.get(key[0], 0.0) + seconds - before.get(key, 0.0)
+    for thread in cpu_between(before, after).values():
+        per_kind[kind_of(thread)] = per_kind.get(kind_of(thread), 0.0) + thread.seconds
     unit = "token" if args.client == "generate" else "request"
     rate = units / cell.seconds
     print(f"{args.client}, {args.concurrency} concurrent, SERVE_API_PROCESSES={args.api_processes}: "

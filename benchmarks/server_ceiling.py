@@ -50,13 +50,12 @@ from benchmarks.serving import (
     Server,
     classify,
     client_cpu_seconds,
+    cpu_between,
     drive,
     free_port,
     generate,
     machine_cpu_seconds,
-    main_thread_cpu_seconds,
-    own_cpu_seconds,
-    process_cpu_seconds,
+    threads_cpu,
 )
 from model.export.tiny import export_tiny_artifacts
 
@@ -85,15 +84,16 @@ ROWS = (
 def measure(url: str, pid: int, row: Row, scale: float) -> dict[str, float]:
     """One cell: the rate, the server's CPU per unit answered, and the cores everything else used."""
     requests = max(row.concurrency, round(row.requests * scale))
-    cpu, loop, engine = process_cpu_seconds(pid), main_thread_cpu_seconds(pid), own_cpu_seconds(pid)
-    machine, client = machine_cpu_seconds(), client_cpu_seconds()
+    before, machine, client = threads_cpu(pid), machine_cpu_seconds(), client_cpu_seconds()
     cell = asyncio.run(drive(url, row.name, row.client, row.concurrency, requests))
     if cell.errors:
         raise RuntimeError(f"{row.name}: {cell.errors} of {requests} requests failed")
     served = cell.tokens if row.unit == "tokens" else requests
     answered = served + row.concurrency * row.per_request  # drive's warm-up requests ran too
-    server_cpu, loop_cpu = process_cpu_seconds(pid) - cpu, main_thread_cpu_seconds(pid) - loop
-    engine_cpu = own_cpu_seconds(pid) - engine
+    used = cpu_between(before, threads_cpu(pid)).values()
+    server_cpu = sum(t.seconds for t in used)
+    loop_cpu = sum(t.seconds for t in used if t.main)
+    engine_cpu = sum(t.seconds for t in used if t.process == 0)
     others = machine_cpu_seconds() - machine - server_cpu - (client_cpu_seconds() - client)
     return {"rate": served / cell.seconds, "cpu_us": 1e6 * server_cpu / answered,
             "loop_cpu_us": 1e6 * loop_cpu / answered, "engine_cpu_us": 1e6 * engine_cpu / answered,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -255,27 +256,35 @@ def machine_cpu_seconds() -> float:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) process `pid` and its living children (the front-end processes of
-    SERVE_API_PROCESSES > 1) have used so far."""
-    return sum(_cpu_seconds(Path(f"/proc/{p}/stat")) for p in _with_children(pid))
-
-
-def main_thread_cpu_seconds(pid: int) -> float:
-    """CPU time of the main threads of process `pid` and its children: for `python -m service` (and the
-    floor), the threads that run event loops, so its growth is what the HTTP work, validation and response
-    rendering cost (and, with front-end processes, the engine process's relaying), apart from the engine's
-    worker threads and ONNX Runtime's."""
-    return sum(_cpu_seconds(Path(f"/proc/{p}/task/{p}/stat")) for p in _with_children(pid))
-
-
-def own_cpu_seconds(pid: int) -> float:
-    """CPU time of process `pid` alone, its children left out (with front-end processes: the engine's)."""
+    """CPU time (user + system) process `pid` has used so far."""
     return _cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
-def _with_children(pid: int) -> list[int]:
+@dataclass(frozen=True)
+class ThreadCpu:
+    process: int  # 0: the server's own process (the engine); 1, 2, ...: its children (front ends)
+    main: bool  # the process's main thread: for `python -m service` (and the floor), the one running the event loop
+    seconds: float  # CPU time (user + system) so far
+
+
+def threads_cpu(pid: int) -> dict[int, ThreadCpu]:
+    """Every thread of process `pid` and of its children (the front ends of SERVE_API_PROCESSES > 1), by
+    thread id. Sums over one snapshot stay consistent (the event loops' share never exceeds the whole),
+    which separate reads of /proc/<pid>/stat and of the threads do not: each is rounded to clock ticks."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [pid, *(int(child) for child in children)]
+    out: dict[int, ThreadCpu] = {}
+    for index, process in enumerate([pid, *(int(child) for child in children)]):
+        for thread in os.listdir(f"/proc/{process}/task"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that ended since the listing
+                seconds = _cpu_seconds(Path(f"/proc/{process}/task/{thread}/stat"))
+                out[int(thread)] = ThreadCpu(index, int(thread) == process, seconds)
+    return out
+
+
+def cpu_between(before: dict[int, ThreadCpu], after: dict[int, ThreadCpu]) -> dict[int, ThreadCpu]:
+    """Each thread's CPU time between two snapshots (threads that ended in between are left out)."""
+    return {tid: ThreadCpu(t.process, t.main, t.seconds - (before[tid].seconds if tid in before else 0.0))
+            for tid, t in after.items()}
 
 
 def _cpu_seconds(stat: Path) -> float:
