@@ -65,6 +65,10 @@ def recipe_note(recipe: dict[str, Any]) -> str:
     parts = [f"A fresh head on {head}"]
     if recipe.get("tapt"):
         parts.append(f"after task-adaptive pretraining ({recipe['tapt']['steps']} MLM steps on the training sentences)")
+    if recipe.get("intermediate"):
+        sets = " and ".join({"nyt": "NYT editorial"}.get(name, name) for name in recipe["intermediate"])
+        parts.append(f"first fine-tuned on the {sets} snippets" if recipe["intermediate_mode"] == "sequential"
+                     else f"trained on the {sets} snippets as well")
     if recipe.get("layer_decay", 1.0) != 1.0:
         parts.append(f"layer-wise rate decay {recipe['layer_decay']}")
     if recipe.get("soup_of_seeds"):

@@ -2,14 +2,21 @@
 
     python -m scripts.tune_classifier --device cuda --jobs 6 --out tune-out      # a lent GPU, a few minutes
     python -m scripts.tune_classifier --smoke --out /tmp/tune                    # the code path, on the CPU
+    python -m scripts.tune_classifier --tapt-steps 0 --lrs 5e-5 --layer-decays 1.0 --poolings cls --epochs 2
+        --intermediate tweets,nyt --intermediate-modes none,sequential,mixed      # the served recipe with the
+                                                                                 # other sets, and without
 
 The levers (issue: the served classifier at 87%): task-adaptive pretraining (MiniLM's MLM continued on
-the training sentences first), layer-wise rate decay, the peak rate, and pooling ([CLS] with BERT's pooler,
-or the mean of the token states); each run fine-tunes for ``--epochs`` and keeps its checkpoint with the
-best validation loss. Every configuration runs with each seed; a configuration's uniform soup (Wortsman
-et al. 2022: the seeds' weights averaged, same start, so one model at one model's cost) is scored too.
-The choice uses validation alone: the configuration with the best mean validation accuracy, then the
-better of its best seed and its soup. Test accuracy is reported for everything, never used to choose.
+the training sentences first), layer-wise rate decay, the peak rate, pooling ([CLS] with BERT's pooler,
+or the mean of the token states), and intermediate training on the other labelled sentiment sets
+(``--intermediate tweets,nyt``, Phang et al. 2018's STILTs: a fine-tuning on them before the movie split
+in "sequential" mode, the movie split and them in one run in "mixed" mode; ``--intermediate-modes`` lists
+the modes compared, "none" being the movie split alone). Each run fine-tunes for ``--epochs`` and keeps
+its checkpoint with the best validation loss. Every configuration runs with each seed; a configuration's
+uniform soup (Wortsman et al. 2022: the seeds' weights averaged, same start, so one model at one model's
+cost) is scored too. The choice uses validation alone: the configuration with the best mean validation
+accuracy, then the better of its best seed and its soup. Test accuracy is reported for everything, never
+used to choose.
 
 Writes <out>/results.json (every run, every configuration's mean and spread, the soups, the choice) and
 <out>/chosen.safetensors (the chosen weights, fp16) with <out>/chosen.json (its recipe); the export
@@ -24,6 +31,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
@@ -34,11 +42,18 @@ import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from model.data.classification import LABELS
+from model.data.classification import INTERMEDIATE_FILES, LABELS
 from model.importing.hf_import import Imported, import_checkpoint, read_hf_config
 from model.importing.hf_tokenizer import load_tokenizer, special_tokens
 from model.network.classifier import Classifier
-from model.training.pretrained_classifier import FineTuneRecipe, TaptRecipe, adapt_to_task, fetch_minilm, finetune
+from model.training.pretrained_classifier import (
+    INTERMEDIATE_MODES,
+    FineTuneRecipe,
+    TaptRecipe,
+    adapt_to_task,
+    fetch_minilm,
+    finetune,
+)
 
 log = logging.getLogger("tune_classifier")
 Run = dict[str, Any]  # one fine-tuning run's record (run_one)
@@ -91,17 +106,20 @@ def base_model(folder: Path) -> tuple[Classifier, Tokenizer]:
 
 
 def run_one(folder: Path, init: Path | None, data: Path, run_dir: Path, recipe: FineTuneRecipe,
-            device: str) -> Run:
+            device: str, threads: int = 2) -> Run:
     """One fine-tuning run from MiniLM (or its task-adapted weights ``init``); its scores and weights."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     model, tokenizer = base_model(folder)
     if init is not None:
         model.load_state_dict(load_file(str(init)), strict=False)  # the encoder; the fresh head stays
     started = time.monotonic()
     trained = finetune(model, tokenizer, data, run_dir, recipe, resume=False, device=device)
     scores = {split: trained["task"].evaluate(model, split)["accuracy"] for split in ("valid", "test")}
+    extra = {k: trained[k] for k in ("mixed_in",) if k in trained}
+    if "intermediate" in trained:  # its history is in <run_dir>/intermediate
+        extra["intermediate"] = {k: v for k, v in trained["intermediate"].items() if k != "history"}
     return {"run_dir": str(run_dir), "recipe": asdict(recipe), "init": "tapt" if init else "minilm",
-            "steps": trained["steps"], "wall_s": round(time.monotonic() - started, 1), **scores}
+            "steps": trained["steps"], "wall_s": round(time.monotonic() - started, 1), **extra, **scores}
 
 
 def soup(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -112,7 +130,21 @@ def soup(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 def config_key(run: Run) -> str:
     r = run["recipe"]
-    return f"{run['init']} lr={r['lr']:g} decay={r['layer_decay']:g} pool={r['pooling']}"
+    key = f"{run['init']} lr={r['lr']:g} decay={r['layer_decay']:g} pool={r['pooling']}"
+    if r.get("intermediate"):
+        key += f" {r['intermediate_mode']}={'+'.join(r['intermediate'])}"
+    return key
+
+
+def names_in(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: a comma-separated list of names, each one of ``choices``."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name for name in text.split(",") if name)
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: choose from {', '.join(choices)}")
+        return names
+    return parse
 
 
 def parse_args() -> argparse.Namespace:
@@ -123,11 +155,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--jobs", type=int, default=1, help="fine-tuning runs at once (processes)")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each run")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--lrs", default="3e-5,6e-5")
     parser.add_argument("--layer-decays", default="1.0,0.85")
     parser.add_argument("--poolings", default="cls,mean")
     parser.add_argument("--tapt-steps", type=int, default=1500, help="MLM steps of task-adaptive pretraining")
+    parser.add_argument("--intermediate", type=names_in(list(INTERMEDIATE_FILES)), default=(),
+                        help="other labelled sentiment sets to train on too, comma-separated: "
+                             f"{', '.join(INTERMEDIATE_FILES)} (data/raw/hutto; default: none)")
+    parser.add_argument("--intermediate-modes", type=names_in(["none", *INTERMEDIATE_MODES]),
+                        default=("none", "sequential"),
+                        help="with --intermediate, each mode is a configuration: none (the movie split alone), "
+                             "sequential (the sets first, then the movie split), mixed (all in one run)")
+    parser.add_argument("--intermediate-epochs", type=int, default=FineTuneRecipe.intermediate_epochs,
+                        help="epochs over the intermediate sets in sequential mode")
     parser.add_argument("--smoke", action="store_true", help="a few steps of one configuration (the code path)")
     return parser.parse_args()
 
@@ -147,24 +190,37 @@ def task_adapt(args: argparse.Namespace, folder: Path) -> Tapt:
 
 
 def recipe_grid(args: argparse.Namespace, tapt_weights: Path | None) -> Grid:
-    """Every start, rate, decay, pooling and seed (--smoke: one run from each start)."""
-    base = FineTuneRecipe(epochs=args.epochs)
+    """Every start, rate, decay, pooling, intermediate mode and seed (--smoke: one run from each start, and
+    one of each intermediate mode)."""
+    base = FineTuneRecipe(epochs=args.epochs, intermediate_epochs=args.intermediate_epochs)
     if args.smoke:
-        base = replace(base, epochs=1, minutes=0.2)
-    grid = [(init, replace(base, lr=float(lr), layer_decay=float(decay), pooling=pooling, seed=seed))
-            for init, lr, decay, pooling, seed in itertools.product(
+        base = replace(base, epochs=1, intermediate_epochs=1, minutes=0.2)
+    modes = list(dict.fromkeys(args.intermediate_modes)) if args.intermediate else ["none"]
+    grid = [(init, replace(base, lr=float(lr), layer_decay=float(decay), pooling=pooling, seed=seed,
+                           **intermediate_fields(args.intermediate, mode)))
+            for init, lr, decay, pooling, mode, seed in itertools.product(
                 [None, tapt_weights] if tapt_weights else [None], args.lrs.split(","), args.layer_decays.split(","),
-                args.poolings.split(","), range(args.seeds))]
+                args.poolings.split(","), modes, range(args.first_seed, args.first_seed + args.seeds))]
     if args.smoke:
-        grid = grid[:1] + ([g for g in grid if g[0] is not None][:1])
+        firsts: dict[tuple[bool, str], tuple[Path | None, FineTuneRecipe]] = {}
+        for init, recipe in grid:
+            firsts.setdefault((init is None, recipe.intermediate_mode if recipe.intermediate else "none"),
+                              (init, recipe))
+        grid = list(firsts.values())
     return grid
+
+
+def intermediate_fields(sets: tuple[str, ...], mode: str) -> dict[str, Any]:
+    """FineTuneRecipe's intermediate fields for ``mode`` ("none": no intermediate sets)."""
+    return {"intermediate": ()} if mode == "none" or not sets else {"intermediate": sets, "intermediate_mode": mode}
 
 
 def run_grid(args: argparse.Namespace, folder: Path, grid: Grid) -> list[Run]:
     """Each run of ``grid`` in --jobs spawned processes; each one appended to <out>/runs.jsonl as it finishes."""
     runs: list[Run] = []
     with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(run_one, folder, init, args.data, args.out / "runs" / f"{i:03d}", recipe, args.device)
+        futures = [pool.submit(run_one, folder, init, args.data, args.out / "runs" / f"{i:03d}", recipe, args.device,
+                               args.threads)
                    for i, (init, recipe) in enumerate(grid)]
         for future in futures:
             run = future.result()

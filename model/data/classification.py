@@ -3,6 +3,10 @@
 Labelled data: score > 0 is positive (1), < 0 negative (0), zeros dropped,
 duplicate texts kept once; random 80/10/10 split with a fixed seed.
 
+Intermediate labelled data (``intermediate_examples``): the tweets and NYT editorial snippets, labelled
+the same way, for training before (or beside) the movie split (Phang et al. 2018's STILTs). The Amazon
+snippets are never among them: they are the classifier card's cross-domain test.
+
 Pretraining corpus (``pretrain.txt``): one sentence per line, a blank line
 between documents. It holds the other Hutto sets (Amazon reviews, NYT
 editorials, whose ``doc_sentence`` ids are regrouped into documents, and
@@ -15,7 +19,7 @@ from __future__ import annotations
 import csv
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,8 @@ SPLITS = ("train", "valid", "test")
 MOVIE_FILE = "movieReviewSnippets_GroundTruth.txt"
 OTHER_FILES = ("amazonReviewSnippets_GroundTruth.txt", "nytEditorialSnippets_GroundTruth.txt",
                "tweets_GroundTruth.txt")
+# The labelled sets a classifier may train on besides the movie split, by name (not the Amazon snippets).
+INTERMEDIATE_FILES = {"tweets": "tweets_GroundTruth.txt", "nyt": "nytEditorialSnippets_GroundTruth.txt"}
 _SENTENCE_END = re.compile(
     r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))"  # after . ! ? and an optional closing quote/bracket
     r"(?<!\b[A-Z]\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bMrs\.)"  # not initials/titles
@@ -63,6 +69,19 @@ def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict[str, 
             seen.add(text)
             examples.append({"text": text, "label": label})
     return examples
+
+
+def intermediate_examples(hutto_dir: Path, sources: Iterable[str], held_out: Collection[str] = ()
+                          ) -> list[dict[str, Any]]:
+    """``{"text", "label"}`` examples of the sets named in ``sources`` (keys of INTERMEDIATE_FILES), in file
+    order, labelled as the movie snippets (zeros dropped, each text kept once over all sources), with every
+    text in ``held_out`` (the movie valid and test sentences) left out."""
+    names = list(sources)
+    unknown = [name for name in names if name not in INTERMEDIATE_FILES]
+    if unknown:
+        raise ValueError(f"unknown intermediate sets {unknown}: choose from {sorted(INTERMEDIATE_FILES)}")
+    rows = [row for name in names for row in read_ground_truth(hutto_dir / INTERMEDIATE_FILES[name])]
+    return [e for e in labelled_examples(rows) if e["text"] not in held_out]
 
 
 def split_examples(examples: list[dict[str, Any]], seed: int = 0) -> dict[str, list[dict[str, Any]]]:

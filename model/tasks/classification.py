@@ -193,10 +193,13 @@ class FineTuneTask:
     """Sentence classification with a head on the pooled [CLS] state."""
 
     def __init__(self, data_dir: Path, tokenizer: Tokenizer, special: dict[str, int], batch_size: int = 32,
-                 max_len: int = 128) -> None:
+                 max_len: int = 128, train_rows: list[dict[str, Any]] | None = None) -> None:
+        """The splits of ``data_dir``; ``train_rows``, when given, are trained on instead of its train.jsonl."""
         tokenizer.enable_truncation(max_len)
         self.tokenizer, self.pad_id, self.batch_size = tokenizer, special["pad"], batch_size
         self.splits = {name: read_labelled(data_dir / f"{name}.jsonl") for name in ("train", "valid", "test")}
+        if train_rows is not None:
+            self.splits["train"] = train_rows
 
     def collate(self, rows: list[dict[str, Any]]) -> tuple[Tensor, ...]:
         ids, types, mask = pad_pairs(self.tokenizer.encode_batch([r["text"] for r in rows]), self.pad_id)

