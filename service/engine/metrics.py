@@ -24,8 +24,6 @@ from prometheus_client import (
 )
 
 SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's: where every process writes its values
-
-
 SHARED_PREFIX = "serve-metrics-"  # then the pid of the process that made the folder, and a unique part
 
 
