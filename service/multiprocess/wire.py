@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 log = logging.getLogger(__name__)
 
-Message = tuple[Any, ...]  # (tag, ...): the tags and fields are in front.py and core.py
+Message = tuple[Any, ...]  # (tag, ...): the tags and their fields are listed at the end of this module
 LENGTH = 4  # bytes of each frame's length prefix
 BYTE_ORDER: Final = "little"
 
