@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.server_ceiling import ROWS
+from benchmarks.server_ceiling import ROWS, STREAM_TOKENS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,8 +32,12 @@ def test_server_ceiling_measures_ours_and_the_floor(tmp_path: Path) -> None:
             assert ours["rate"] > 0 and ours["per_floor"] > 0 and ours["per_one_process"] > 0, (name, side, row)
             assert 0 <= floor["cpu_us"] < ours["cpu_us"], (name, side, row)  # the floor does no work (10 ms ticks)
             assert 0 <= ours["loop_cpu_us"] <= ours["cpu_us"], (name, side, row)  # the event loops are some threads
-            assert 0 < ours["engine_cpu_us"] <= ours["cpu_us"], (name, side, row)
+            # the engine process's share; with front ends, 30 classify requests cost it under one 10 ms tick
+            assert 0 <= ours["engine_cpu_us"] <= ours["cpu_us"], (name, side, row)
         assert row["ours"]["per_one_process"] == 1, row
+    decoding = rows[f"generate, 16 streams of {STREAM_TOKENS} tokens"]
+    for side in sides:
+        assert decoding[side]["engine_cpu_us"] > 0, decoding  # the engine process decodes every token
     for side in sides:
         streams = record["16 streams beside 32 classify clients"][side]
         for suffix in ("_alone", ""):
