@@ -11,7 +11,8 @@ the training sentences first), layer-wise rate decay, the peak rate, pooling ([C
 or the mean of the token states), and intermediate training on the other labelled sentiment sets
 (``--intermediate tweets,nyt``, Phang et al. 2018's STILTs: a fine-tuning on them before the movie split
 in "sequential" mode, the movie split and them in one run in "mixed" mode; ``--intermediate-modes`` lists
-the modes compared, "none" being the movie split alone). Each run fine-tunes for ``--epochs`` and keeps
+the modes compared, "none" being the movie split alone), and soft targets from the raters' mean scores
+(``--rater-scales 0,2``: FineTuneRecipe.rater_scale). Each run fine-tunes for ``--epochs`` and keeps
 its checkpoint with the best validation loss. Every configuration runs with each seed; a configuration's
 uniform soup (Wortsman et al. 2022: the seeds' weights averaged, same start, so one model at one model's
 cost) is scored too. The choice uses validation alone: the configuration with the best mean validation
@@ -133,6 +134,8 @@ def config_key(run: Run) -> str:
     key = f"{run['init']} lr={r['lr']:g} decay={r['layer_decay']:g} pool={r['pooling']}"
     if r.get("intermediate"):
         key += f" {r['intermediate_mode']}={'+'.join(r['intermediate'])}"
+    if r.get("rater_scale"):
+        key += f" raters={r['rater_scale']:g}"
     return key
 
 
@@ -171,6 +174,9 @@ def parse_args() -> argparse.Namespace:
                              "sequential (the sets first, then the movie split), mixed (all in one run)")
     parser.add_argument("--intermediate-epochs", type=int, default=FineTuneRecipe.intermediate_epochs,
                         help="epochs over the intermediate sets in sequential mode")
+    parser.add_argument("--rater-scales", default="0",
+                        help="comma-separated FineTuneRecipe.rater_scale values, each a configuration: soft "
+                             "targets sigmoid(scale x the raters' mean score); 0: the labels alone")
     parser.add_argument("--smoke", action="store_true", help="a few steps of one configuration (the code path)")
     return parser.parse_args()
 
@@ -190,22 +196,23 @@ def task_adapt(args: argparse.Namespace, folder: Path) -> Tapt:
 
 
 def recipe_grid(args: argparse.Namespace, tapt_weights: Path | None) -> Grid:
-    """Every start, rate, decay, pooling, intermediate mode and seed (--smoke: one run from each start, and
-    one of each intermediate mode)."""
+    """Every start, rate, decay, pooling, intermediate mode, rater scale and seed (--smoke: one run from each
+    start, and one of each intermediate mode and rater scale)."""
     base = FineTuneRecipe(epochs=args.epochs, intermediate_epochs=args.intermediate_epochs)
     if args.smoke:
         base = replace(base, epochs=1, intermediate_epochs=1, minutes=0.2)
     modes = list(dict.fromkeys(args.intermediate_modes)) if args.intermediate else ["none"]
     grid = [(init, replace(base, lr=float(lr), layer_decay=float(decay), pooling=pooling, seed=seed,
-                           **intermediate_fields(args.intermediate, mode)))
-            for init, lr, decay, pooling, mode, seed in itertools.product(
+                           rater_scale=float(scale), **intermediate_fields(args.intermediate, mode)))
+            for init, lr, decay, pooling, mode, scale, seed in itertools.product(
                 [None, tapt_weights] if tapt_weights else [None], args.lrs.split(","), args.layer_decays.split(","),
-                args.poolings.split(","), modes, range(args.first_seed, args.first_seed + args.seeds))]
+                args.poolings.split(","), modes, args.rater_scales.split(","),
+                range(args.first_seed, args.first_seed + args.seeds))]
     if args.smoke:
-        firsts: dict[tuple[bool, str], tuple[Path | None, FineTuneRecipe]] = {}
+        firsts: dict[tuple[bool, str, float], tuple[Path | None, FineTuneRecipe]] = {}
         for init, recipe in grid:
-            firsts.setdefault((init is None, recipe.intermediate_mode if recipe.intermediate else "none"),
-                              (init, recipe))
+            firsts.setdefault((init is None, recipe.intermediate_mode if recipe.intermediate else "none",
+                               recipe.rater_scale), (init, recipe))
         grid = list(firsts.values())
     return grid
 

@@ -71,6 +71,14 @@ def labelled_examples(rows: Iterable[tuple[str, float, str]]) -> list[dict[str, 
     return examples
 
 
+def rater_scores(rows: Iterable[tuple[str, float, str]]) -> dict[str, float]:
+    """Each text's mean rater score (its first row's, as ``labelled_examples`` keeps its first label)."""
+    scores: dict[str, float] = {}
+    for _, score, text in rows:
+        scores.setdefault(text, score)
+    return scores
+
+
 def intermediate_examples(hutto_dir: Path, sources: Iterable[str], held_out: Collection[str] = ()
                           ) -> list[dict[str, Any]]:
     """``{"text", "label"}`` examples of the sets named in ``sources`` (keys of INTERMEDIATE_FILES), in file

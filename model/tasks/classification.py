@@ -202,8 +202,14 @@ class FineTuneTask:
             self.splits["train"] = train_rows
 
     def collate(self, rows: list[dict[str, Any]]) -> tuple[Tensor, ...]:
+        """(ids, types, mask, labels), and each row's probability of the positive label where the training
+        rows carry one (``positive``: soft targets, FineTuneRecipe.rater_scale)."""
         ids, types, mask = pad_pairs(self.tokenizer.encode_batch([r["text"] for r in rows]), self.pad_id)
-        return ids, types, mask, torch.tensor([r["label"] for r in rows])
+        labels = torch.tensor([r["label"] for r in rows])
+        if "positive" not in rows[0]:
+            return ids, types, mask, labels
+        positive = torch.tensor([r["positive"] for r in rows], dtype=torch.float32)
+        return ids, types, mask, labels, torch.stack([1 - positive, positive], dim=1)
 
     def steps_per_epoch(self) -> int:
         return -(-len(self.splits["train"]) // self.batch_size)
@@ -225,16 +231,16 @@ class FineTuneTask:
                 yield self.collate(batch)
 
     def loss(self, model: Classifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
-        ids, types, mask, labels = on_device(batch, model)
+        ids, types, mask, labels, *soft = on_device(batch, model)
         logits, _ = model(ids, types, mask)
-        return F.cross_entropy(logits, labels), len(labels)
+        return F.cross_entropy(logits, soft[0] if soft else labels), len(labels)
 
     @torch.no_grad()
     def evaluate(self, model: Classifier, split: str) -> dict[str, float]:
         rows = self.splits[split]
         total_loss, tp, fp, fn, correct = 0.0, 0, 0, 0, 0
         for i in range(0, len(rows), 64):
-            ids, types, mask, labels = on_device(self.collate(rows[i : i + 64]), model)
+            ids, types, mask, labels, *_ = on_device(self.collate(rows[i : i + 64]), model)
             logits, _ = model(ids, types, mask)
             total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
             predicted = logits.argmax(-1)

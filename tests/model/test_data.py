@@ -289,6 +289,45 @@ def test_intermediate_rows_leave_out_the_movie_valid_and_test_texts(tmp_path: Pa
         intermediate_rows(tmp_path, FineTuneRecipe(intermediate=("tweets",), intermediate_mode="after"))
 
 
+def test_rater_targets_soften_the_sentences_the_raters_barely_leaned_on(tmp_path: Path) -> None:
+    import math
+
+    import torch
+
+    from model.export.tiny import build_tiny_model
+    from model.network.classifier import Classifier
+    from model.tasks.classification import FineTuneTask
+    from model.training.pretrained_classifier import with_rater_targets
+
+    header = "id\tsentiment\ttext\n"
+    (tmp_path / "movieReviewSnippets_GroundTruth.txt").write_text(
+        header + "1\t0.25\tBarely good.\n2\t-3.0\tAwful.\n3\t2.0\tBarely good.\n")
+    rows = [{"text": "Barely good.", "label": 1}, {"text": "Awful.", "label": 0}, {"text": "A tweet.", "label": 1}]
+    soft = with_rater_targets(rows, tmp_path, 2.0)
+    # the first score of a repeated text, as its label; a text the movie raters never saw keeps its label
+    assert [r["positive"] for r in soft] == pytest.approx([1 / (1 + math.exp(-0.5)), 1 / (1 + math.exp(6.0)), 1.0])
+
+    built, tokenizer = build_tiny_model("classifier")
+    assert isinstance(built, Classifier)
+    model = built
+    model.eval()  # no dropout: the same logits on every call
+    for split in ("train", "valid", "test"):
+        write_jsonl(tmp_path / f"{split}.jsonl", rows)
+    hard_task = FineTuneTask(tmp_path, tokenizer, model.config.special_tokens)
+    soft_task = FineTuneTask(tmp_path, tokenizer, model.config.special_tokens, train_rows=soft)
+    hard_batch, soft_batch = hard_task.collate(rows), soft_task.collate(soft)
+    assert len(hard_batch) == 4 and len(soft_batch) == 5
+    assert torch.equal(soft_batch[3], hard_batch[3])  # the labels stay (accuracy reads them)
+    with torch.no_grad():
+        logits, _ = model(*hard_batch[:3])
+        expected = -(soft_batch[4] * torch.log_softmax(logits, -1)).sum(-1).mean()
+        soft_loss, hard_loss = soft_task.loss(model, soft_batch)[0], hard_task.loss(model, hard_batch)[0]
+    assert float(soft_loss) == pytest.approx(float(expected), rel=1e-5)
+    assert float(soft_loss) != pytest.approx(float(hard_loss))
+    # validation reads the labels alone
+    assert soft_task.evaluate(model, "valid") == hard_task.evaluate(model, "valid")
+
+
 def test_build_classification_keeps_held_out_out_of_pretraining(tmp_path: Path) -> None:
     header = "id\tsentiment\ttext\n"
     movie = "".join(f"{i}\t{(-1) ** i * 1.5}\tMovie sentence number {i}.\n" for i in range(40))
