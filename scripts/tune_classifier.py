@@ -19,9 +19,13 @@ cost) is scored too. The choice uses validation alone: the configuration with th
 accuracy, then the better of its best seed and its soup. Test accuracy is reported for everything, never
 used to choose.
 
-Writes <out>/results.json (every run, every configuration's mean and spread, the soups, the choice) and
-<out>/chosen.safetensors (the chosen weights, fp16) with <out>/chosen.json (its recipe); the export
-runs here: ``python -m scripts.finetune_pretrained --weights <out>/chosen.safetensors``.
+Each configuration's ensemble (its seeds' probabilities averaged) is scored beside it: what serving several
+models, or distilling them into one, could reach. ``--rescore OUT...`` scores earlier searches' runs together
+without training.
+
+Writes <out>/results.json (every run, every configuration's mean and spread, the soups and ensembles, the
+choice) and <out>/chosen.safetensors (the chosen weights, fp16) with <out>/chosen.json (its recipe); the
+export runs here: ``python -m scripts.finetune_pretrained --weights <out>/chosen.safetensors``.
 """
 
 from __future__ import annotations
@@ -177,6 +181,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rater-scales", default="0",
                         help="comma-separated FineTuneRecipe.rater_scale values, each a configuration: soft "
                              "targets sigmoid(scale x the raters' mean score); 0: the labels alone")
+    parser.add_argument("--rescore", type=Path, nargs="+", default=None, metavar="OUT",
+                        help="train nothing: score the runs that these earlier --out folders list (runs.jsonl) "
+                             "together, their soups and ensembles, and choose (--tapt-steps as they ran)")
     parser.add_argument("--smoke", action="store_true", help="a few steps of one configuration (the code path)")
     return parser.parse_args()
 
@@ -274,6 +281,32 @@ def score_soups(args: argparse.Namespace, folder: Path, configs: dict[str, list[
     return soups
 
 
+def score_ensembles(args: argparse.Namespace, folder: Path, configs: dict[str, list[Run]]
+                    ) -> dict[str, dict[str, float]]:
+    """Every configuration's ensemble (configurations of two seeds or more): its seeds' label probabilities
+    averaged, scored like the runs. It costs one model per seed to serve; it says what distilling the
+    seeds into one model could reach at most."""
+    from model.tasks.classification import FineTuneTask, classification_scores
+
+    model, tokenizer = base_model(folder)
+    model.to(args.device).eval()
+    task = FineTuneTask(args.data / "classification", tokenizer, model.config.special_tokens)
+    scores: dict[str, dict[str, float]] = {}
+    for key, rs in configs.items():
+        if len(rs) < 2:
+            continue
+        probabilities = {split: torch.zeros(len(task.splits[split]), len(LABELS)) for split in ("valid", "test")}
+        for run in rs:
+            model.config.pooling = run["recipe"]["pooling"]
+            model.load_state_dict(load_file(str(Path(run["run_dir"]) / "best.safetensors")), strict=False)
+            for split, total in probabilities.items():
+                total += task.logits(model, split).softmax(-1) / len(rs)
+        scores[key] = {split: classification_scores(total.log(), task.labels(split))["accuracy"]
+                       for split, total in probabilities.items()}
+        log.info("ensemble %s: valid %.4f test %.4f", key, scores[key]["valid"], scores[key]["test"])
+    return scores
+
+
 def choose(out: Path, key: str, runs: list[Run], soups: Soups, tapt: TaptRecipe) -> dict[str, Any]:
     """Configuration ``key``'s better of its best seed and its soup on validation: the weights, fp16, in
     <out>/chosen.safetensors and their record in <out>/chosen.json."""
@@ -290,14 +323,16 @@ def choose(out: Path, key: str, runs: list[Run], soups: Soups, tapt: TaptRecipe)
     return chosen
 
 
-def print_table(summary: dict[str, dict[str, float]], soups: Soups, chosen: dict[str, Any]) -> None:
-    """Configurations by mean validation accuracy, with their soups, then the choice."""
+def print_table(summary: dict[str, dict[str, float]], soups: Soups, ensembles: dict[str, dict[str, float]],
+                chosen: dict[str, Any]) -> None:
+    """Configurations by mean validation accuracy, with their soups and ensembles, then the choice."""
+    def pair(scores: dict[str, float] | None) -> str:
+        return f"{scores['valid']:.4f}/{scores['test']:.4f}" if scores is not None else "-"
+
     for key in sorted(summary, key=lambda k: -summary[k]["valid_mean"]):
         s = summary[key]
-        soup_scores = soups.scores.get(key)
         print(f"{key:40s} valid {s['valid_mean']:.4f}±{s['valid_stdev']:.4f}  test {s['test_mean']:.4f}±"
-              f"{s['test_stdev']:.4f}  soup "
-              + (f"{soup_scores['valid']:.4f}/{soup_scores['test']:.4f}" if soup_scores is not None else "-"))
+              f"{s['test_stdev']:.4f}  soup {pair(soups.scores.get(key))}  ensemble {pair(ensembles.get(key))}")
     print("chosen:", json.dumps(chosen))
 
 
@@ -307,18 +342,23 @@ def main() -> None:
     started = time.monotonic()
     folder = args.minilm or fetch_minilm(args.data)
     args.out.mkdir(parents=True, exist_ok=True)
-    tapt = task_adapt(args, folder)
-    runs = run_grid(args, folder, recipe_grid(args, tapt.weights))
+    if args.rescore:  # the runs of earlier searches, as they finished
+        tapt = Tapt(TaptRecipe(steps=args.tapt_steps), None, {})
+        runs = [json.loads(line) for out in args.rescore for line in (out / "runs.jsonl").read_text().splitlines()]
+    else:
+        tapt = task_adapt(args, folder)
+        runs = run_grid(args, folder, recipe_grid(args, tapt.weights))
     configs = by_config(runs)
     summary = summarize(configs)
     best_key = max(summary, key=lambda k: summary[k]["valid_mean"])
     soups = score_soups(args, folder, configs)
+    ensembles = score_ensembles(args, folder, configs)
     chosen = choose(args.out, best_key, configs[best_key], soups, tapt.recipe)
     results = {"device": args.device, "minutes": round((time.monotonic() - started) / 60, 2),
                "tapt": asdict(tapt.recipe), "tapt_history": tapt.record.get("history"), "runs": runs,
-               "configs": summary, "soups": soups.scores, "chosen": chosen}
+               "configs": summary, "soups": soups.scores, "ensembles": ensembles, "chosen": chosen}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print_table(summary, soups, chosen)
+    print_table(summary, soups, ensembles, chosen)
 
 
 if __name__ == "__main__":

@@ -236,21 +236,30 @@ class FineTuneTask:
         return F.cross_entropy(logits, soft[0] if soft else labels), len(labels)
 
     @torch.no_grad()
-    def evaluate(self, model: Classifier, split: str) -> dict[str, float]:
-        rows = self.splits[split]
-        total_loss, tp, fp, fn, correct = 0.0, 0, 0, 0, 0
+    def logits(self, model: Classifier, split: str) -> Tensor:
+        """``model``'s logits for every row of ``split``, in order, on the CPU."""
+        rows, out = self.splits[split], []
         for i in range(0, len(rows), 64):
-            ids, types, mask, labels, *_ = on_device(self.collate(rows[i : i + 64]), model)
-            logits, _ = model(ids, types, mask)
-            total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
-            predicted = logits.argmax(-1)
-            correct += int((predicted == labels).sum())
-            tp += int(((predicted == 1) & (labels == 1)).sum())
-            fp += int(((predicted == 1) & (labels == 0)).sum())
-            fn += int(((predicted == 0) & (labels == 1)).sum())
-        f1 = 2 * tp / max(1, 2 * tp + fp + fn)
-        return {"loss": total_loss / len(rows), "accuracy": correct / len(rows), "f1": f1}
+            ids, types, mask, *_ = on_device(self.collate(rows[i : i + 64]), model)
+            out.append(model(ids, types, mask)[0].float().cpu())
+        return torch.cat(out)
+
+    def labels(self, split: str) -> Tensor:
+        return torch.tensor([r["label"] for r in self.splits[split]])
+
+    def evaluate(self, model: Classifier, split: str) -> dict[str, float]:
+        return classification_scores(self.logits(model, split), self.labels(split))
 
     def validate(self, model: Classifier) -> dict[str, float]:
         metrics = self.evaluate(model, "valid")
         return {"val_loss": metrics["loss"], "val_accuracy": metrics["accuracy"], "val_f1": metrics["f1"]}
+
+
+def classification_scores(logits: Tensor, labels: Tensor) -> dict[str, float]:
+    """Mean cross-entropy, accuracy and the positive label's F1 (label 1) of ``logits`` against ``labels``."""
+    predicted = logits.argmax(-1)
+    tp = int(((predicted == 1) & (labels == 1)).sum())
+    fp = int(((predicted == 1) & (labels == 0)).sum())
+    fn = int(((predicted == 0) & (labels == 1)).sum())
+    return {"loss": float(F.cross_entropy(logits, labels)), "accuracy": float((predicted == labels).float().mean()),
+            "f1": 2 * tp / max(1, 2 * tp + fp + fn)}
