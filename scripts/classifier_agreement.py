@@ -15,30 +15,35 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from model.data.classification import MOVIE_FILE, rater_scores, read_ground_truth
 from model.tasks.classification import read_labelled
-from model.training.pretrained_classifier import artifact_accuracy
+from model.training.pretrained_classifier import artifact_predictions
 
-BANDS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 4.0))  # |mean score|, from <= |score| < to
+BANDS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 4.0))  # absolute mean score: from <= it < to
+
+
+def band_of(score: float) -> int:
+    """The index in BANDS of ``score``'s absolute value (the last band also holds 4, the scale's end)."""
+    return next((i for i, (_, high) in enumerate(BANDS) if abs(score) < high), len(BANDS) - 1)
 
 
 def agreement(artifact: Path, data_dir: Path, splits: tuple[str, ...] = ("valid", "test")) -> dict[str, Any]:
-    """Per split: its accuracy, and per band of |score| the sentences, the accuracy and the share of the
-    split's errors."""
+    """Per split: its accuracy, and per band of the absolute score the sentences, their accuracy and their
+    share of the split's errors."""
     scores = rater_scores(read_ground_truth(data_dir / "raw" / "hutto" / MOVIE_FILE))
     out: dict[str, Any] = {}
     for split in splits:
         rows = read_labelled(data_dir / "classification" / f"{split}.jsonl")
-        whole = artifact_accuracy(artifact, rows)
-        errors = round((1 - whole["accuracy"]) * len(rows))
-        bands = []
-        for low, high in BANDS:
-            inside = [r for r in rows if low <= abs(scores[r["text"]]) < high or high == abs(scores[r["text"]]) == 4]
-            scored = artifact_accuracy(artifact, inside) if inside else {"accuracy": 0.0}
-            wrong = round((1 - scored["accuracy"]) * len(inside))
-            bands.append({"band": f"{low:g}-{high:g}", "sentences": len(inside), "accuracy": scored["accuracy"],
-                          "share_of_errors": wrong / errors if errors else 0.0})
-        out[split] = {"accuracy": whole["accuracy"], "sentences": len(rows), "bands": bands}
+        right = artifact_predictions(artifact, rows) == np.array([r["label"] for r in rows])
+        band = np.array([band_of(scores[r["text"]]) for r in rows])
+        errors = int((~right).sum())
+        out[split] = {"accuracy": float(right.mean()), "sentences": len(rows), "bands": [
+            {"band": f"{low:g}-{high:g}", "sentences": int((band == i).sum()),
+             "accuracy": float(right[band == i].mean()) if (band == i).any() else 0.0,
+             "share_of_errors": int((~right[band == i]).sum()) / errors if errors else 0.0}
+            for i, (low, high) in enumerate(BANDS)]}
     return out
 
 

@@ -216,6 +216,15 @@ def chosen_weights(model: Classifier, tokenizer: Tokenizer, data_dir: Path, weig
 
 def artifact_accuracy(artifact: Path, rows: list[dict[str, Any]], batch: int = 64) -> dict[str, float]:
     """Accuracy and F1 of an exported classifier, run with ONNX Runtime alone (what the server runs)."""
+    labels = np.array([r["label"] for r in rows])
+    guess = artifact_predictions(artifact, rows, batch)
+    tp, fp, fn = int(((guess == 1) & (labels == 1)).sum()), int(((guess == 1) & (labels == 0)).sum()), int(
+        ((guess == 0) & (labels == 1)).sum())
+    return {"accuracy": float((guess == labels).mean()), "f1": 2 * tp / max(1, 2 * tp + fp + fn), "n": len(rows)}
+
+
+def artifact_predictions(artifact: Path, rows: list[dict[str, Any]], batch: int = 64) -> np.ndarray:
+    """The label an exported classifier gives each row, run with ONNX Runtime alone (what the server runs)."""
     import onnxruntime as ort
 
     config = json.loads((artifact / "config.json").read_text())
@@ -236,11 +245,7 @@ def artifact_accuracy(artifact: Path, rows: list[dict[str, Any]], batch: int = 6
             ids[i, :len(e.ids)], types[i, :len(e.ids)], mask[i, :len(e.ids)] = e.ids, e.type_ids, 1
         (logits,) = session.run(["logits"], {"input_ids": ids, "token_type_ids": types, "attention_mask": mask})
         predicted += logits.argmax(-1).tolist()
-    labels = np.array([r["label"] for r in rows])
-    guess = np.array(predicted)
-    tp, fp, fn = int(((guess == 1) & (labels == 1)).sum()), int(((guess == 1) & (labels == 0)).sum()), int(
-        ((guess == 0) & (labels == 1)).sum())
-    return {"accuracy": float((guess == labels).mean()), "f1": 2 * tp / max(1, 2 * tp + fp + fn), "n": len(rows)}
+    return np.array(predicted, dtype=np.int64)
 
 
 def tfidf_cross_domain(data_dir: Path, rows: list[dict[str, Any]]) -> dict[str, float]:
