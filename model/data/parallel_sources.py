@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from model.data import normalize_text
-from model.data.fetch import download
+from model.data.fetch import archive_members, download
 
 
 @dataclass(frozen=True)
@@ -242,30 +242,6 @@ def english_key(text: str) -> str:
     return normalize_text(text).casefold().rstrip(".!?:;… ")
 
 
-def archive_catalogs(path: Path, members: str) -> dict[str, bytes]:
-    """{member name: bytes} of the matching members of a ``.deb`` or a wheel, read in memory."""
-    found: dict[str, bytes] = {}
-    if path.suffix == ".deb":  # the data tarball, streamed out of the package by dpkg-deb
-        with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(path)], stdout=subprocess.PIPE) as proc:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                for m in tar:
-                    if m.isfile() and fnmatch.fnmatch(m.name, members):
-                        f = tar.extractfile(m)
-                        if f is None:
-                            raise RuntimeError(f"{m.name}: not a regular file")
-                        found[m.name] = f.read()
-        if proc.returncode:
-            raise RuntimeError(f"dpkg-deb --fsys-tarfile {path.name} failed ({proc.returncode})")
-    else:
-        with zipfile.ZipFile(path) as zf:
-            for name in zf.namelist():
-                if fnmatch.fnmatch(name, members):
-                    found[name] = zf.read(name)
-    if not found:
-        raise RuntimeError(f"{path.name}: nothing matches {members}")
-    return dict(sorted(found.items()))
-
-
 def mo_entries(data: bytes) -> list[tuple[str, str]]:
     """(msgid, msgstr) of a compiled catalog: singular entries, context prefix dropped, header skipped."""
     # the parsed catalog is private: {msgid or (msgid, n): msgstr}
@@ -280,7 +256,7 @@ def read_source(name: str, archives_dir: Path) -> tuple[list[tuple[str, str, str
     entry: dict[str, Any] = {"archives": [], "catalogs": 0, "entries": 0}
     for archive in PARALLEL_SOURCES[name]:
         path = download(archive, archives_dir)
-        catalogs = archive_catalogs(path, archive.members)
+        catalogs = archive_members(path, archive.members)
         for member, data in catalogs.items():
             domain = Path(member).stem
             triples += [(domain, msgid, msgstr) for msgid, msgstr in mo_entries(data)]

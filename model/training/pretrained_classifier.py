@@ -124,7 +124,7 @@ def adapt_to_task(model: Classifier, tokenizer: Tokenizer, data_dir: Path, run_d
 
 
 def intermediate_rows(data_dir: Path, recipe: FineTuneRecipe) -> list[dict[str, Any]]:
-    """The examples of ``recipe.intermediate`` (data/raw/hutto), the movie valid and test texts left out."""
+    """The examples of ``recipe.intermediate`` (data/raw/), the movie valid and test texts left out."""
     from model.tasks.classification import read_labelled
 
     if not recipe.intermediate:
@@ -133,7 +133,7 @@ def intermediate_rows(data_dir: Path, recipe: FineTuneRecipe) -> list[dict[str, 
         raise ValueError(f"intermediate_mode {recipe.intermediate_mode!r}: one of {INTERMEDIATE_MODES}")
     held_out = {r["text"] for split in ("valid", "test")
                 for r in read_labelled(data_dir / "classification" / f"{split}.jsonl")}
-    return intermediate_examples(data_dir / "raw" / "hutto", recipe.intermediate, held_out)
+    return intermediate_examples(data_dir / "raw", recipe.intermediate, held_out)
 
 
 def with_rater_targets(rows: list[dict[str, Any]], hutto_dir: Path, scale: float) -> list[dict[str, Any]]:

