@@ -9,6 +9,7 @@ last position's k best log-probabilities and token ids, for its optional input `
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 INPUT_IDS = "input_ids"
@@ -38,9 +39,10 @@ ATTENTION_PREFIXES = (f"{ATTENTIONS}.", f"{CROSS_ATTENTIONS}.")
 KV_PARTS = ("key", "value")
 
 
-def kv_names(prefix: str, n_layers: int) -> list[str]:
+@functools.cache  # the engine asks at every decode step
+def kv_names(prefix: str, n_layers: int) -> tuple[str, ...]:
     """``prefix.i.key``, ``prefix.i.value`` for each layer, in the graphs' order."""
-    return [f"{prefix}.{i}.{part}" for i in range(n_layers) for part in KV_PARTS]
+    return tuple(f"{prefix}.{i}.{part}" for i in range(n_layers) for part in KV_PARTS)
 
 
 def layer_names(prefix: str, n_layers: int) -> list[str]:

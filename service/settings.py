@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     quantization: Literal["none", "int8"] = "none"
     # None: bind outputs on the device only when the session really runs on CUDA.
     io_binding: bool | None = None
+    # Decoders' cached self-attention as one fused node per layer (the same numbers; false: the graph as exported).
+    fuse_attention: bool = True
 
     # HTTP front-end processes: parsing, validation, tokenizing and rendering answers in N processes that
     # feed one engine process, which runs the models (1: everything in one process).

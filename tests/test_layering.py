@@ -51,7 +51,14 @@ def test_imports_run_one_way(package: str) -> None:
 
 def test_no_torch_and_no_model_package_in_the_server() -> None:
     for path in SERVICE.rglob("*.py"):
-        assert not roots(imports(path)) & {"torch", "model", "onnx", "transformers"}, path
+        assert not roots(imports(path)) & {"torch", "model", "transformers"}, path
+
+
+def test_onnx_only_where_graphs_load() -> None:
+    """The onnx package (protobuf graphs) serves the runtime layer's load-time rewrite (runtime/fusion.py)."""
+    for path in SERVICE.rglob("*.py"):
+        if path.parent != SERVICE / "runtime":
+            assert "onnx" not in roots(imports(path)), path
 
 
 def test_engine_never_imports_the_web_layer() -> None:

@@ -23,6 +23,7 @@ from service.engine.rows import RowArrays
 from service.engine.sampling import SamplingParams, logsumexp, new_seed
 
 TOP_P_WINDOW = 256  # top-p looks for its cut among this many most likely tokens first
+_ONE = np.uint64(1)
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -111,12 +112,11 @@ class ChooserRows(RowArrays):
 
     def observe(self, tokens: np.ndarray) -> None:
         """Count the chosen tokens (the arrays are updated in place: they belong to this batch)."""
-        rows = np.arange(len(tokens))
         if self.counts is not None:
-            self.counts[rows, tokens] += 1
+            self.counts[np.arange(len(tokens)), tokens] += 1
         if self.seen is not None:
-            self.seen[rows, tokens] = True
-        self.step[:] += np.uint64(1)
+            self.seen[np.arange(len(tokens)), tokens] = True
+        self.step[:] += _ONE
 
 
 def choose(rows: ChooserRows, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray] | None = None) -> Choice:

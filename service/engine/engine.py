@@ -107,6 +107,7 @@ class Engine:
             quantization=self.settings.quantization,
             io_binding=self.settings.io_binding,
             busy_intra_op_threads=self.settings.busy_intra_op_threads,
+            fuse_attention=self.settings.fuse_attention,
         )
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)

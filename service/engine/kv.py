@@ -64,7 +64,7 @@ class KVCache:
     def feeds(self, new_mask: np.ndarray) -> dict[str, Tensor]:
         """Inputs for a step that appends `new_mask.shape[1]` tokens (mask 0 marks left padding)."""
         mask = np.concatenate([self.mask, new_mask], axis=1)  # [B, P+S]
-        positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, -new_mask.shape[1] :]  # [B, S]
+        positions = np.maximum(np.cumsum(mask, axis=1)[:, -new_mask.shape[1] :] - 1, 0)  # [B, S]
         feeds: dict[str, Tensor] = {ATTENTION_MASK: mask, POSITION_IDS: positions}
         feeds.update(zip(kv_names(PAST, len(self.past) // 2), self.past, strict=True))
         return feeds

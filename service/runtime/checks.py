@@ -8,7 +8,7 @@ out-of-range row fails its whole batch) or answering them wrongly (a swapped tok
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -274,7 +274,7 @@ def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:
 
 
 def _run(
-    artifact: Artifact, session: GraphSession, feeds: dict[str, np.ndarray], outputs: list[str], claim: str
+    artifact: Artifact, session: GraphSession, feeds: dict[str, np.ndarray], outputs: Sequence[str], claim: str
 ) -> Any:
     try:
         return session.run(feeds, outputs)

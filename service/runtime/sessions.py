@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
+from service.runtime.fusion import FusedGraph, fuse_attention
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class RuntimeOptions:
     quantization: str = "none"  # none | int8
     io_binding: bool | None = None  # None: only when the session really runs on CUDA
     busy_intra_op_threads: int | None = None  # None: one fewer than the intra-op threads
+    fuse_attention: bool = True  # decoders' cached self-attention as fused nodes (service/runtime/fusion.py)
 
     def busy_threads(self) -> int | None:
         """Intra-op threads for a one-step model's run that serves several requests at once, or None when
@@ -104,6 +107,11 @@ def artifact_sessions(
     }
 
 
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    """Whether weights live in files beside the graph (a graph loaded from bytes could not find them)."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
 class GraphSession:
     """One ORT session for one graph of an artifact, with `run()` that hides plain-run vs IOBinding."""
 
@@ -124,7 +132,10 @@ class GraphSession:
         requested = requested_providers(options.device)
         # ORT reads external initializers from these buffers for the session's life: keep them referenced.
         self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
-        self.session = self._open(path, options, spin, requested)
+        self._options, self._spin, self._providers = options, spin, requested
+        source, self.fused = self._fused(path) if options.fuse_attention and not initializers else (path, None)
+        self.session = self._open(source, options, spin, requested)
+        self._full_session: ort.InferenceSession | None = None  # the unfused graph, for attention maps
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
         # get_providers() is the truth.
         self.provider = self.session.get_providers()[0]
@@ -136,14 +147,15 @@ class GraphSession:
         self.busy_session = (
             None
             if busy_threads is None
-            else self._open(path, replace(options, intra_op_threads=busy_threads), spin, [CPU])
+            else self._open(source, replace(options, intra_op_threads=busy_threads), spin, [CPU])
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
         if self.quantization == "int8" and self.device == "cuda":
             log.warning("%s: int8 graphs use CPU-only integer kernels; expect slow CUDA runs", self.name)
         self.input_names = [i.name for i in self.session.get_inputs()]  # required ones
         self.optional_input_names = [i.name for i in self.session.get_overridable_initializers()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
+        dropped = sorted(self.fused.dropped_outputs) if self.fused else []  # still served, by the unfused graph
+        self.output_names = [o.name for o in self.session.get_outputs()] + dropped
         missing = [n for n in spec.input_names if n not in self.input_names + self.optional_input_names]
         if missing:
             raise ArtifactError(f"{path}: the graph lacks inputs {missing} promised by config.json")
@@ -160,14 +172,43 @@ class GraphSession:
             self.io_binding,
         )
 
-    def _open(self, path: Path, options: RuntimeOptions, spin: bool, providers: list[str]) -> ort.InferenceSession:
+    def _open(
+        self, source: Path | bytes, options: RuntimeOptions, spin: bool, providers: list[str]
+    ) -> ort.InferenceSession:
         try:
             return ort.InferenceSession(
-                str(path), sess_options=self._session_options(options, spin, self._initializers), providers=providers
+                source if isinstance(source, bytes) else str(source),
+                sess_options=self._session_options(options, spin, self._initializers),
+                providers=providers,
             )
         except Exception as exc:  # a corrupt or truncated file: one line that names it
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-            raise ArtifactError(f"{path}: ONNX Runtime cannot load this graph ({detail})") from None
+            raise ArtifactError(f"{self.file}: ONNX Runtime cannot load this graph ({detail})") from None
+
+    def _fused(self, path: Path) -> tuple[Path | bytes, FusedGraph | None]:
+        """The graph with its cached self-attentions fused, or the file itself where nothing matched (or the
+        file cannot be read here: the session's load then reports it)."""
+        if not self.spec.has_cache:
+            return path, None
+        try:
+            fused = fuse_attention(onnx.load(str(path), load_external_data=False))
+        except Exception as exc:  # the unfused graph still serves; never a reason not to load
+            log.warning("%s: attention fusion skipped (%s)", self.name, str(exc).splitlines()[0][:200])
+            return path, None
+        if fused is None or _has_external_data(fused.model):
+            return path, None
+        log.info("%s: fused %d self-attentions (%d with one QKV matmul)", self.name, fused.attentions,
+                 fused.merged_projections)  # fmt: skip
+        return fused.model.SerializeToString(), fused
+
+    def _session_for(self, outputs: Collection[str], busy: bool) -> ort.InferenceSession:
+        """The unfused graph where a fused layer's attention probabilities are asked for (opened on first
+        use); else the busy session for several requests' runs where there is one; else the session."""
+        if self.fused is not None and not self.fused.dropped_outputs.isdisjoint(outputs):
+            if self._full_session is None:
+                self._full_session = self._open(self.file, self._options, False, self._providers)
+            return self._full_session
+        return self.busy_session if busy and self.busy_session is not None else self.session
 
     def _pick_file(self, spec: GraphSpec, quantization: str) -> tuple[Path, str]:
         if quantization == "int8":
@@ -217,9 +258,9 @@ class GraphSession:
             raise RuntimeError(f"{self.name}: this is a front-end process; models run in the engine process")
         if not self.io_binding:
             host = {name: to_numpy(value) for name, value in feeds.items()}
-            session = self.busy_session if busy and self.busy_session is not None else self.session
-            return dict(zip(outputs, session.run(list(outputs), host), strict=True))
-        binding = self.session.io_binding()
+            return dict(zip(outputs, self._session_for(outputs, busy).run(list(outputs), host), strict=True))
+        session = self._session_for(outputs, busy=False)
+        binding = session.io_binding()
         for name, value in feeds.items():
             if isinstance(value, ort.OrtValue):
                 binding.bind_ortvalue_input(name, value)
@@ -229,6 +270,6 @@ class GraphSession:
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
         for name in outputs:
             binding.bind_output(name, self.device if name in keep else "cpu")
-        self.session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         values = binding.get_outputs()
         return {name: (v if name in keep else v.numpy()) for name, v in zip(outputs, values, strict=True)}

@@ -1,0 +1,125 @@
+"""Fused self-attention (service/runtime/fusion.py): the same numbers as the graphs as exported, attention
+maps still served, and graphs without the pattern left alone."""
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from contract.names import ATTENTIONS, PAST, PRESENT, kv_names, layer_names
+from service.engine.generation import GenerationParams
+from service.engine.sampling import SamplingParams
+from service.engine.translation_service import TranslationJob
+from service.engine.translation_types import TranslationParams
+from service.runtime.artifact import load_artifact
+from service.runtime.fusion import fuse_attention
+from service.runtime.sessions import GraphSession, RuntimeOptions
+
+
+def sessions(folder: Path) -> tuple[GraphSession, GraphSession]:
+    spec = load_artifact(folder).graphs["decoder"]
+    fused = GraphSession(folder.name, spec, RuntimeOptions(device="cpu", intra_op_threads=1))
+    plain = GraphSession(folder.name, spec, RuntimeOptions(device="cpu", intra_op_threads=1, fuse_attention=False))
+    return fused, plain
+
+
+def decoder_feeds(folder: Path, rows: int, new: int, past: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random feeds for a decoder call: `new` tokens per row after `past` cached ones, row 0 left-padded by
+    two, and for a translator random encoder K/V of a right-padded source."""
+    artifact = load_artifact(folder)
+    layers, heads, d_head = artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head
+    mask = np.ones((rows, past + new), np.int64)
+    mask[0, :2] = 0
+    feeds = {
+        "input_ids": rng.integers(4, artifact.vocab_size, (rows, new)),
+        "attention_mask": mask,
+        "position_ids": np.maximum(np.cumsum(mask, 1)[:, -new:] - 1, 0),
+    }
+    for name in kv_names(PAST, layers):
+        feeds[name] = rng.standard_normal((rows, heads, past, d_head)).astype(np.float32)
+    spec = artifact.graphs["decoder"]
+    if "encoder_attention_mask" in spec.input_names:
+        source = np.ones((rows, 6), np.int64)
+        source[1, 4:] = 0
+        feeds["encoder_attention_mask"] = source
+        for name in kv_names("cross", layers):
+            feeds[name] = rng.standard_normal((rows, artifact.n_heads, 6, d_head)).astype(np.float32)
+    return {k: v for k, v in feeds.items() if k in spec.input_names}
+
+
+@pytest.mark.parametrize("kind", ["generator", "translator"])
+@pytest.mark.parametrize(("new", "past"), [(5, 0), (3, 4), (1, 7)])  # a prompt, a prompt's chunk, a step
+def test_fused_decoder_computes_what_the_exported_graph_does(
+    tiny_artifacts: Path, kind: str, new: int, past: int
+) -> None:
+    folder = tiny_artifacts / kind
+    fused, plain = sessions(folder)
+    layers = load_artifact(folder).n_decoder_layers
+    assert fused.fused is not None and plain.fused is None
+    assert fused.fused.attentions == fused.fused.merged_projections == layers
+    feeds = decoder_feeds(folder, 2, new, past, np.random.default_rng(new + past))
+    outputs = ["logits", *kv_names(PRESENT, layers)]
+    got, want = fused.run(feeds, outputs), plain.run(feeds, outputs)
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_attention_maps_come_from_the_exported_graph(tiny_artifacts: Path) -> None:
+    folder = tiny_artifacts / "generator"
+    fused, plain = sessions(folder)
+    layers = load_artifact(folder).n_decoder_layers
+    maps = layer_names(ATTENTIONS, layers)
+    assert all(fused.has_output(name) for name in maps)
+    assert not any(o.name in maps for o in fused.session.get_outputs())  # the fused graph itself lacks them
+    feeds = decoder_feeds(folder, 2, 3, 4, np.random.default_rng(0))
+    got, want = fused.run(feeds, ["logits", *maps]), plain.run(feeds, ["logits", *maps])
+    for name in ["logits", *maps]:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_graphs_without_a_cached_self_attention_are_left_alone(tiny_artifacts: Path) -> None:
+    for folder, graph in [("classifier", "encoder"), ("translator", "encoder")]:
+        spec = load_artifact(tiny_artifacts / folder).graphs[graph]
+        assert fuse_attention(onnx.load(str(spec.file))) is None
+        assert GraphSession(folder, spec, RuntimeOptions(device="cpu", intra_op_threads=1)).fused is None
+
+
+def test_an_attention_read_elsewhere_is_not_fused(tiny_artifacts: Path) -> None:
+    """A graph where a softmax feeds something besides its value matmul (not our exporter's pattern)."""
+    model = onnx.load(str(load_artifact(tiny_artifacts / "generator").graphs["decoder"].file))
+    softmaxes = [n for n in model.graph.node if n.op_type == "Softmax"]
+    model.graph.node.append(onnx.helper.make_node("Identity", [softmaxes[0].output[0]], ["extra"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("extra", onnx.TensorProto.FLOAT, None))
+    fused = fuse_attention(model)
+    assert fused is not None and fused.attentions == len(softmaxes) - 1
+
+
+async def test_served_tokens_are_the_same_with_and_without_fusion(serving) -> None:
+    prompts = ["Hello", "The movie was wonderful, a delight from start", "x"]
+    params = [
+        GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.0), ignore_eos=True),
+        GenerationParams(max_new_tokens=10, sampling=SamplingParams(temperature=0.9, top_k=20, seed=5)),
+    ]
+    texts = ["The house is small.", "I love you and the river is long"]
+    translation = [TranslationParams(num_beams=1, max_new_tokens=10), TranslationParams(num_beams=3, max_new_tokens=10)]
+
+    async def everything(s) -> list[object]:
+        gen, tr = s.engine.generator, s.engine.translator
+        generated = await asyncio.gather(
+            *(gen.scheduler.submit([gen.sequence(gen.tokenize(p, "prompt"), q)], None, "prompt").result()
+              for p in prompts for q in params)
+        )  # fmt: skip
+        jobs = [await tr.submit(TranslationJob(texts, ["text"] * len(texts), q)) for q in translation]
+        translated = await asyncio.gather(*(job.results() for job in jobs))
+        tokens = [[t.id for t in r.tokens] for r in generated]
+        return tokens + [[(h.token_ids, round(h.score, 4)) for h in r.hypotheses] for rs in translated for r in rs]
+
+    async with serving(fuse_attention=False, max_batch_size=8) as s:
+        assert s.engine.generator.model.session.fused is None
+        want = await everything(s)
+    async with serving(max_batch_size=8) as s:
+        assert s.engine.generator.model.session.fused is not None
+        got = await everything(s)
+    assert got == want
