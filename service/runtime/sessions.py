@@ -197,8 +197,8 @@ class GraphSession:
             return path, None
         if fused is None or _has_external_data(fused.model):
             return path, None
-        log.info("%s: fused %d self-attentions (%d with one QKV matmul)", self.name, fused.attentions,
-                 fused.merged_projections)  # fmt: skip
+        merged = fused.merged_projections
+        log.info("%s: fused %d self-attentions (%d with one QKV matmul)", self.name, fused.attentions, merged)
         return fused.model.SerializeToString(), fused
 
     def _session_for(self, outputs: Collection[str], busy: bool) -> ort.InferenceSession:
