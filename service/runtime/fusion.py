@@ -28,11 +28,18 @@ MS_DOMAIN = "com.microsoft"
 
 
 @dataclass(frozen=True)
-class FusedGraph:
-    model: onnx.ModelProto
+class Fusion:
+    """What a rewrite did."""
+
     attentions: int  # self-attentions rewritten
     merged_projections: int  # of them, those whose Q, K and V projections became one matmul
     dropped_outputs: frozenset[str]  # the fused layers' probability outputs
+
+
+@dataclass(frozen=True)
+class FusedGraph:
+    model: onnx.ModelProto
+    fusion: Fusion
 
 
 @dataclass(frozen=True)
@@ -241,7 +248,7 @@ def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
     _replace_nodes(model.graph, kept + new_nodes)
     if not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    return FusedGraph(model, len(found), merged, dropped)
+    return FusedGraph(model, Fusion(len(found), merged, dropped))
 
 
 def _replace_nodes(graph: onnx.GraphProto, nodes: Iterable[onnx.NodeProto]) -> None:

@@ -15,7 +15,7 @@ import onnxruntime as ort
 
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
-from service.runtime.fusion import FusedGraph, fuse_attention
+from service.runtime.fusion import Fusion, fuse_attention
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class GraphSession:
         # ORT reads external initializers from these buffers for the session's life: keep them referenced.
         self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
         self._options, self._spin, self._providers = options, spin, requested
-        source, self.fused = self._fused(path) if options.fuse_attention and not initializers else (path, None)
+        source, self.fusion = self._fused(path) if options.fuse_attention and not initializers else (path, None)
         self.session = self._open(source, options, spin, requested)
         self._full_session: ort.InferenceSession | None = None  # the unfused graph, for attention maps
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
@@ -154,7 +154,7 @@ class GraphSession:
             log.warning("%s: int8 graphs use CPU-only integer kernels; expect slow CUDA runs", self.name)
         self.input_names = [i.name for i in self.session.get_inputs()]  # required ones
         self.optional_input_names = [i.name for i in self.session.get_overridable_initializers()]
-        dropped = sorted(self.fused.dropped_outputs) if self.fused else []  # still served, by the unfused graph
+        dropped = sorted(self.fusion.dropped_outputs) if self.fusion else []  # still served, by the unfused graph
         self.output_names = [o.name for o in self.session.get_outputs()] + dropped
         missing = [n for n in spec.input_names if n not in self.input_names + self.optional_input_names]
         if missing:
@@ -185,7 +185,7 @@ class GraphSession:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise ArtifactError(f"{self.file}: ONNX Runtime cannot load this graph ({detail})") from None
 
-    def _fused(self, path: Path) -> tuple[Path | bytes, FusedGraph | None]:
+    def _fused(self, path: Path) -> tuple[Path | bytes, Fusion | None]:
         """The graph with its cached self-attentions fused, or the file itself where nothing matched (or the
         file cannot be read here: the session's load then reports it)."""
         if not self.spec.has_cache:
@@ -197,14 +197,15 @@ class GraphSession:
             return path, None
         if fused is None or _has_external_data(fused.model):
             return path, None
-        merged = fused.merged_projections
-        log.info("%s: fused %d self-attentions (%d with one QKV matmul)", self.name, fused.attentions, merged)
-        return fused.model.SerializeToString(), fused
+        done = fused.fusion
+        message = "%s: fused %d self-attentions (%d with one QKV matmul)"
+        log.info(message, self.name, done.attentions, done.merged_projections)
+        return fused.model.SerializeToString(), done
 
     def _session_for(self, outputs: Collection[str], busy: bool) -> ort.InferenceSession:
         """The unfused graph where a fused layer's attention probabilities are asked for (opened on first
         use); else the busy session for several requests' runs where there is one; else the session."""
-        if self.fused is not None and not self.fused.dropped_outputs.isdisjoint(outputs):
+        if self.fusion is not None and not self.fusion.dropped_outputs.isdisjoint(outputs):
             if self._full_session is None:
                 self._full_session = self._open(self.file, self._options, False, self._providers)
             return self._full_session

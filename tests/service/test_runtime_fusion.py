@@ -57,8 +57,8 @@ def test_fused_decoder_computes_what_the_exported_graph_does(
     folder = tiny_artifacts / kind
     fused, plain = sessions(folder)
     layers = load_artifact(folder).n_decoder_layers
-    assert fused.fused is not None and plain.fused is None
-    assert fused.fused.attentions == fused.fused.merged_projections == layers
+    assert fused.fusion is not None and plain.fusion is None
+    assert fused.fusion.attentions == fused.fusion.merged_projections == layers
     feeds = decoder_feeds(folder, 2, new, past, np.random.default_rng(new + past))
     outputs = ["logits", *kv_names(PRESENT, layers)]
     got, want = fused.run(feeds, outputs), plain.run(feeds, outputs)
@@ -83,7 +83,7 @@ def test_graphs_without_a_cached_self_attention_are_left_alone(tiny_artifacts: P
     for folder, graph in [("classifier", "encoder"), ("translator", "encoder")]:
         spec = load_artifact(tiny_artifacts / folder).graphs[graph]
         assert fuse_attention(onnx.load(str(spec.file))) is None
-        assert GraphSession(folder, spec, RuntimeOptions(device="cpu", intra_op_threads=1)).fused is None
+        assert GraphSession(folder, spec, RuntimeOptions(device="cpu", intra_op_threads=1)).fusion is None
 
 
 def test_an_attention_read_elsewhere_is_not_fused(tiny_artifacts: Path) -> None:
@@ -93,7 +93,7 @@ def test_an_attention_read_elsewhere_is_not_fused(tiny_artifacts: Path) -> None:
     model.graph.node.append(onnx.helper.make_node("Identity", [softmaxes[0].output[0]], ["extra"]))
     model.graph.output.append(onnx.helper.make_tensor_value_info("extra", onnx.TensorProto.FLOAT, None))
     fused = fuse_attention(model)
-    assert fused is not None and fused.attentions == len(softmaxes) - 1
+    assert fused is not None and fused.fusion.attentions == len(softmaxes) - 1
 
 
 async def test_served_tokens_are_the_same_with_and_without_fusion(serving) -> None:
@@ -117,9 +117,9 @@ async def test_served_tokens_are_the_same_with_and_without_fusion(serving) -> No
         return tokens + [[(h.token_ids, round(h.score, 4)) for h in r.hypotheses] for rs in translated for r in rs]
 
     async with serving(fuse_attention=False, max_batch_size=8) as s:
-        assert s.engine.generator.model.session.fused is None
+        assert s.engine.generator.model.session.fusion is None
         want = await everything(s)
     async with serving(max_batch_size=8) as s:
-        assert s.engine.generator.model.session.fused is not None
+        assert s.engine.generator.model.session.fusion is not None
         got = await everything(s)
     assert got == want
