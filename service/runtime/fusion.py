@@ -1,4 +1,4 @@
-"""Fused self-attention for decoder graphs, built when a session loads.
+"""Fused self-attention, built when a session loads.
 
 Our exporter writes each cached self-attention as some twenty ONNX nodes: three projections, their
 reshapes and transposes, the KV concatenation, both attention matmuls, scale, mask, softmax and the heads'
@@ -47,15 +47,19 @@ class _Attention:
     q: str  # [B, S, D] projections, heads not yet split
     k: str
     v: str
-    bias: str  # additive mask, broadcast to [B, H, S, T]
-    past_k: str
-    past_v: str
-    present_k: str
-    present_v: str
+    bias: str  # additive mask: [B, 1, S, T] with a cache, [B, 1, 1, T] without
     out: str  # [B, S, D], heads merged
     probs: str  # the softmax output
     scale: float
     num_heads: int
+    past_k: str = ""  # with a KV cache: its inputs and outputs
+    past_v: str = ""
+    present_k: str = ""
+    present_v: str = ""
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.past_k)
 
 
 class _Graph:
@@ -112,28 +116,31 @@ def _perm(node: onnx.NodeProto | None) -> list[int] | None:
     return [int(p) for p in perm] if isinstance(perm, list) else None
 
 
-def _heads_split(g: _Graph, name: str, heads: int) -> str | None:
-    """``name`` = Transpose(Reshape(x, [B, S, heads, Dh]), perm [0, 2, 1, 3]): x [B, S, D] split into
-    ``heads`` heads; return x."""
-    transpose = g.made_by(name, "Transpose")
-    if transpose is None or _perm(transpose) != [0, 2, 1, 3]:
-        return None
-    reshape = g.made_by(transpose.input[0], "Reshape")
-    if reshape is None:
-        return None
-    shape = g.constant(reshape.input[1])  # a constant shape, or [B, S] from Shape nodes and then constants
+def _heads_of(g: _Graph, reshape: onnx.NodeProto) -> int | None:
+    """The third entry of a Reshape's target [B, S, heads, Dh]: a constant, or the third part of a Concat
+    whose first two are the batch and sequence sizes."""
+    shape = g.constant(reshape.input[1])
     parts = g.made_by(reshape.input[1], "Concat")
     if shape is not None:
-        split = shape.reshape(-1)[2:3] if shape.size == 4 else None
+        heads = shape.reshape(-1)[2:3] if shape.size == 4 else None
     else:
-        split = g.constant(parts.input[2]) if parts is not None and len(parts.input) == 4 else None
-    if split is None or split.size != 1 or int(split.reshape(())) != heads:
+        heads = g.constant(parts.input[2]) if parts is not None and len(parts.input) == 4 else None
+    return int(heads.reshape(())) if heads is not None and heads.size == 1 else None
+
+
+def _heads_split(g: _Graph, name: str, heads: int, perm: tuple[int, ...] = (0, 2, 1, 3)) -> str | None:
+    """``name`` = Transpose(Reshape(x, [B, S, heads, Dh]), perm): x [B, S, D] split into ``heads`` heads
+    (transposed to [B, H, S, Dh], or with perm (0, 2, 3, 1) to keys' [B, H, Dh, S]); return x."""
+    transpose = g.made_by(name, "Transpose")
+    reshape = None if transpose is None or _perm(transpose) != list(perm) else g.made_by(transpose.input[0], "Reshape")
+    if reshape is None or _heads_of(g, reshape) != heads:
         return None
     return str(reshape.input[0])
 
 
 def _match(g: _Graph, softmax: onnx.NodeProto) -> _Attention | None:
-    """The self-attention around ``softmax``, or None unless it is exactly our exporter's pattern."""
+    """The self-attention around ``softmax``, or None unless it is exactly our exporter's pattern: with a
+    KV cache (decoders: past + this call's keys and values, concatenated) or without (encoders)."""
     if _attr(softmax, "axis") not in (-1, 3):
         return None
     masked = g.made_by(softmax.input[0], "Add")
@@ -147,20 +154,31 @@ def _match(g: _Graph, softmax: onnx.NodeProto) -> _Attention | None:
     if factor is None or factor.size != 1 or scores is None:
         return None
     scale = 1.0 / float(factor.reshape(())) if scaled.op_type == "Div" else float(factor.reshape(()))
-    keys_t = g.made_by(scores.input[1], "Transpose")
-    if keys_t is None or _perm(keys_t) != [0, 1, 3, 2]:
-        return None
-    concat_k = g.made_by(keys_t.input[0], "Concat")
     readers = g.consumers.get(softmax.output[0], [])
-    weighted = [n for n in readers if n.op_type == "MatMul" and n.input[0] == softmax.output[0]]
-    if concat_k is None or len(weighted) != 1 or len(readers) != 1:
+    if len(readers) != 1 or readers[0].op_type != "MatMul" or readers[0].input[0] != softmax.output[0]:
         return None
-    concat_v = g.made_by(weighted[0].input[1], "Concat")
-    merged_t = g.consumers.get(weighted[0].output[0], [])
-    if concat_v is None or len(merged_t) != 1 or _perm(merged_t[0]) != [0, 2, 1, 3]:
+    weighted = readers[0]
+    merged_t = g.consumers.get(weighted.output[0], [])
+    if len(merged_t) != 1 or _perm(merged_t[0]) != [0, 2, 1, 3]:
         return None
     merged = g.consumers.get(merged_t[0].output[0], [])
     if len(merged) != 1 or merged[0].op_type != "Reshape":
+        return None
+    keys_t = g.made_by(scores.input[1], "Transpose")
+    if keys_t is None or not g.only_used_by(keys_t.output[0], scores):
+        return None
+    common = {"bias": masked.input[1], "out": merged[0].output[0], "probs": softmax.output[0], "scale": scale}
+    if _perm(keys_t) == [0, 2, 3, 1]:  # no cache: keys split into heads and transposed at once
+        reshape = g.made_by(keys_t.input[0], "Reshape")
+        heads = None if reshape is None else _heads_of(g, reshape)
+        if reshape is None or heads is None or not g.only_used_by(weighted.input[1], weighted):
+            return None
+        query, value = _heads_split(g, scores.input[0], heads), _heads_split(g, weighted.input[1], heads)
+        if query is None or value is None:
+            return None
+        return _Attention(q=query, k=str(reshape.input[0]), v=value, num_heads=heads, **common)
+    concat_k, concat_v = g.made_by(keys_t.input[0], "Concat"), g.made_by(weighted.input[1], "Concat")
+    if _perm(keys_t) != [0, 1, 3, 2] or concat_k is None or concat_v is None:
         return None
     for concat in (concat_k, concat_v):
         if _attr(concat, "axis") not in (2, -2) or len(concat.input) != 2:
@@ -175,13 +193,11 @@ def _match(g: _Graph, softmax: onnx.NodeProto) -> _Attention | None:
     if q is None or k is None or v is None:
         return None
     # The concatenated caches must feed this attention only (and the graph's present outputs).
-    if not (g.only_used_by(concat_k.output[0], keys_t) and g.only_used_by(concat_v.output[0], weighted[0])):
+    if not (g.only_used_by(concat_k.output[0], keys_t) and g.only_used_by(concat_v.output[0], weighted)):
         return None
-    return _Attention(
-        q=q, k=k, v=v, bias=masked.input[1], past_k=concat_k.input[0], past_v=concat_v.input[0],
-        present_k=concat_k.output[0], present_v=concat_v.output[0], out=merged[0].output[0],
-        probs=softmax.output[0], scale=scale, num_heads=heads,
-    )  # fmt: skip
+    cache = {"past_k": concat_k.input[0], "past_v": concat_v.input[0]}
+    present = {"present_k": concat_k.output[0], "present_v": concat_v.output[0]}
+    return _Attention(q=q, k=k, v=v, num_heads=heads, **common, **cache, **present)
 
 
 def _projections(g: _Graph, a: _Attention) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -212,6 +228,7 @@ def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
     if not found:
         return None
     new_nodes: list[onnx.NodeProto] = []
+    expanded: dict[str, str] = {}  # an encoder's mask -> that mask over every query
     merged = 0
     for i, a in enumerate(found):
         q, k, v, bias = a.q, a.k, a.v, ""
@@ -228,18 +245,25 @@ def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
                 helper.make_node("Split", [f"fused_qkv_{i}", names[2]], [q, k, v], axis=-1, name=f"fused_split_{i}"),
             ]
             bias, merged = names[1], merged + 1
+        attention_bias = a.bias
+        if not a.cached:  # the mask's [B, 1, 1, T] broadcast over the queries: the fused node wants [B, 1, S, T]
+            if a.bias not in expanded:
+                expanded[a.bias] = f"fused_mask_{i}"
+                new_nodes += _expand_over_queries(a.bias, q, expanded[a.bias])
+            attention_bias = expanded[a.bias]
+        cache = [a.past_k, a.past_v] if a.cached else []
         new_nodes.append(
             helper.make_node(
                 "MultiHeadAttention",
-                [q, k, v, bias, "", a.bias, a.past_k, a.past_v],
-                [a.out, a.present_k, a.present_v],
+                [q, k, v, bias, "", attention_bias, *cache],
+                [a.out, *([a.present_k, a.present_v] if a.cached else [])],
                 domain=MS_DOMAIN,
                 num_heads=a.num_heads,
                 scale=a.scale,
                 name=f"fused_attention_{i}",
             )
         )
-    replaced = {name for a in found for name in (a.out, a.present_k, a.present_v)}
+    replaced = {name for a in found for name in (a.out, a.present_k, a.present_v) if name}
     kept = [n for n in model.graph.node if not set(n.output) & replaced]
     dropped = frozenset(a.probs for a in found if a.probs in g.outputs)
     outputs = [o for o in model.graph.output if o.name not in dropped]
@@ -249,6 +273,17 @@ def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
     if not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return FusedGraph(model, Fusion(len(found), merged, dropped))
+
+
+def _expand_over_queries(mask: str, queries: str, out: str) -> list[onnx.NodeProto]:
+    """Nodes that broadcast ``mask`` [B, 1, 1, T] to [B, 1, S, T], S read from ``queries`` [B, S, D]."""
+    return [
+        helper.make_node("Shape", [queries], [f"{out}.queries"], start=1, end=2),
+        helper.make_node("Constant", [], [f"{out}.ones"], value_ints=[1, 1]),
+        helper.make_node("Constant", [], [f"{out}.one"], value_ints=[1]),
+        helper.make_node("Concat", [f"{out}.ones", f"{out}.queries", f"{out}.one"], [f"{out}.shape"], axis=0),
+        helper.make_node("Expand", [mask, f"{out}.shape"], [out]),
+    ]
 
 
 def _replace_nodes(graph: onnx.GraphProto, nodes: Iterable[onnx.NodeProto]) -> None:

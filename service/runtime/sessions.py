@@ -40,7 +40,7 @@ class RuntimeOptions:
     quantization: str = "none"  # none | int8
     io_binding: bool | None = None  # None: only when the session really runs on CUDA
     busy_intra_op_threads: int | None = None  # None: one fewer than the intra-op threads
-    fuse_attention: bool = True  # decoders' cached self-attention as fused nodes (service/runtime/fusion.py)
+    fuse_attention: bool = True  # self-attention as fused nodes (service/runtime/fusion.py)
 
     def busy_threads(self) -> int | None:
         """Intra-op threads for a one-step model's run that serves several requests at once, or None when
@@ -186,10 +186,8 @@ class GraphSession:
             raise ArtifactError(f"{self.file}: ONNX Runtime cannot load this graph ({detail})") from None
 
     def _fused(self, path: Path) -> tuple[Path | bytes, Fusion | None]:
-        """The graph with its cached self-attentions fused, or the file itself where nothing matched (or the
+        """The graph with its self-attentions fused, or the file itself where nothing matched (or the
         file cannot be read here: the session's load then reports it)."""
-        if not self.spec.has_cache:
-            return path, None
         try:
             fused = fuse_attention(onnx.load(str(path), load_external_data=False))
         except Exception as exc:  # the unfused graph still serves; never a reason not to load

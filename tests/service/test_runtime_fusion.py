@@ -79,11 +79,36 @@ def test_attention_maps_come_from_the_exported_graph(tiny_artifacts: Path) -> No
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def test_graphs_without_a_cached_self_attention_are_left_alone(tiny_artifacts: Path) -> None:
-    for folder, graph in [("classifier", "encoder"), ("translator", "encoder")]:
-        spec = load_artifact(tiny_artifacts / folder).graphs[graph]
-        assert fuse_attention(onnx.load(str(spec.file))) is None
-        assert GraphSession(folder, spec, RuntimeOptions(device="cpu", intra_op_threads=1)).fusion is None
+@pytest.mark.parametrize(("kind", "graph"), [("classifier", "encoder"), ("translator", "encoder")])
+def test_fused_encoder_computes_what_the_exported_graph_does(tiny_artifacts: Path, kind: str, graph: str) -> None:
+    """Encoders' attention has no cache and a mask broadcast over the queries; padded rows included."""
+    artifact = load_artifact(tiny_artifacts / kind)
+    spec = artifact.graphs[graph]
+    fused = GraphSession(kind, spec, RuntimeOptions(device="cpu", intra_op_threads=1))
+    plain = GraphSession(kind, spec, RuntimeOptions(device="cpu", intra_op_threads=1, fuse_attention=False))
+    layers = artifact.dims.get("n_encoder_layers", artifact.dims.get("n_layers"))
+    assert fused.fusion is not None and fused.fusion.attentions == layers
+    rng = np.random.default_rng(3)
+    ids = rng.integers(4, artifact.vocab_size, (3, 9))
+    mask = np.ones((3, 9), np.int64)
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    feeds = {k: v for k, v in feeds.items() if k in spec.input_names}
+    outputs = [*spec.output_names]  # the attention maps too: they come from the exported graph
+    got, want = fused.run(feeds, outputs), plain.run(feeds, outputs)
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    without_maps = [n for n in outputs if not n.startswith(f"{ATTENTIONS}.")]
+    got = fused.run(feeds, without_maps)
+    for name in without_maps:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_a_graph_without_attention_is_left_alone() -> None:
+    from service.engine.top_logprobs import GRAPH
+
+    assert fuse_attention(onnx.load(str(GRAPH))) is None
 
 
 def test_an_attention_read_elsewhere_is_not_fused(tiny_artifacts: Path) -> None:
