@@ -1,18 +1,19 @@
 """Fused self-attention, built when a session loads.
 
-Our exporter writes each cached self-attention as some twenty ONNX nodes: three projections, their
-reshapes and transposes, the KV concatenation, both attention matmuls, scale, mask, softmax and the heads'
-merge. At one token per step those nodes cost more in ONNX Runtime's per-node overhead than in
-arithmetic, and ONNX Runtime's own optimizer does not recognize them. This pass rewrites each such
-attention as one ``com.microsoft.MultiHeadAttention`` node with the same past/present contract, and the
-three projections of its input as one matmul (split after it, their biases added inside the attention).
-The result computes the same numbers (the same kernels, summed in the same order).
+Our exporter writes each self-attention as some twenty ONNX nodes: three projections, their reshapes and
+transposes, a decoder's KV concatenation, both attention matmuls, scale, mask, softmax and the heads'
+merge. For a few tokens those nodes cost ONNX Runtime more in per-node overhead than in arithmetic, and
+its own optimizer does not recognize them. This pass rewrites each such attention as one
+``com.microsoft.MultiHeadAttention`` node (a decoder's with the same past/present contract; an encoder's
+mask, [B, 1, 1, T], expanded over the queries as the node wants), and the three projections of its input
+as one matmul (split after it, their biases added inside the attention). The result computes the same
+numbers (the same kernels, summed in the same order).
 
 The fused attention returns no probabilities, so the rewritten graph lacks the ``attentions.*`` outputs
 of the layers it fused; ``GraphSession`` runs the original graph for a call that asks for them.
 
-A graph that does not show the pattern (an imported graph with rotary positions or grouped-query
-attention, an encoder, cross-attention) keeps those nodes: only exact matches are rewritten.
+A graph that does not show the pattern (an imported graph with rotary positions, grouped-query heads or
+relative position biases, cross-attention) keeps those nodes: only exact matches are rewritten.
 """
 
 from __future__ import annotations
@@ -92,11 +93,10 @@ class _Graph:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             return numpy_helper.to_array(node.attribute[0].t)
         if node.op_type == "Cast":
-            value = self.constant(node.input[0])
-            to = _attr(node, "to")
-            return (
-                None if value is None or not isinstance(to, int) else value.astype(helper.tensor_dtype_to_np_dtype(to))
-            )
+            value, to = self.constant(node.input[0]), _attr(node, "to")
+            if value is None or not isinstance(to, int):
+                return None
+            return value.astype(helper.tensor_dtype_to_np_dtype(to))
         return None
 
     def only_used_by(self, name: str, *nodes: onnx.NodeProto) -> bool:

@@ -2,6 +2,7 @@
 maps still served, and graphs without the pattern left alone."""
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,12 @@ from service.runtime.fusion import fuse_attention
 from service.runtime.sessions import GraphSession, RuntimeOptions
 
 
-def sessions(folder: Path) -> tuple[GraphSession, GraphSession]:
+def sessions(folder: Path, quantization: str = "none") -> tuple[GraphSession, GraphSession]:
     spec = load_artifact(folder).graphs["decoder"]
-    fused = GraphSession(folder.name, spec, RuntimeOptions(device="cpu", intra_op_threads=1))
-    plain = GraphSession(folder.name, spec, RuntimeOptions(device="cpu", intra_op_threads=1, fuse_attention=False))
+    options = RuntimeOptions(device="cpu", intra_op_threads=1, quantization=quantization)
+    fused = GraphSession(folder.name, spec, options)
+    plain = GraphSession(folder.name, spec, replace(options, fuse_attention=False))
+    assert fused.quantization == plain.quantization == quantization
     return fused, plain
 
 
@@ -49,16 +52,20 @@ def decoder_feeds(folder: Path, rows: int, new: int, past: int, rng: np.random.G
     return {k: v for k, v in feeds.items() if k in spec.input_names}
 
 
-@pytest.mark.parametrize("kind", ["generator", "translator"])
+DECODERS = [("generator", "none"), ("translator", "none"), ("generator", "int8")]
+
+
+@pytest.mark.parametrize(("kind", "quantization"), DECODERS)
 @pytest.mark.parametrize(("new", "past"), [(5, 0), (3, 4), (1, 7)])  # a prompt, a prompt's chunk, a step
 def test_fused_decoder_computes_what_the_exported_graph_does(
-    tiny_artifacts: Path, kind: str, new: int, past: int
+    tiny_artifacts: Path, kind: str, quantization: str, new: int, past: int
 ) -> None:
     folder = tiny_artifacts / kind
-    fused, plain = sessions(folder)
+    fused, plain = sessions(folder, quantization)
     layers = load_artifact(folder).n_decoder_layers
     assert fused.fusion is not None and plain.fusion is None
-    assert fused.fusion.attentions == fused.fusion.merged_projections == layers
+    merged = layers if quantization == "none" else 0  # int8 projections are not plain matmuls: left apart
+    assert fused.fusion.attentions == layers and fused.fusion.merged_projections == merged
     feeds = decoder_feeds(folder, 2, new, past, np.random.default_rng(new + past))
     outputs = ["logits", *kv_names(PRESENT, layers)]
     got, want = fused.run(feeds, outputs), plain.run(feeds, outputs)
@@ -148,3 +155,21 @@ async def test_served_tokens_are_the_same_with_and_without_fusion(serving) -> No
         assert s.engine.generator.model.session.fusion is not None
         got = await everything(s)
     assert got == want
+
+
+def test_a_fused_graph_that_does_not_load_falls_back_to_the_exported_one(
+    tiny_artifacts: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Say an ONNX Runtime build without the fused node: the server still serves the graph as exported."""
+    from service.runtime import sessions as module
+
+    def broken(model: onnx.ModelProto) -> object:
+        fused = fuse_attention(model)
+        assert fused is not None
+        fused.model.graph.node[0].op_type = "NoSuchOperator"
+        return fused
+
+    monkeypatch.setattr(module, "fuse_attention", broken)
+    spec = load_artifact(tiny_artifacts / "generator").graphs["decoder"]
+    session = GraphSession("generator", spec, RuntimeOptions(device="cpu", intra_op_threads=1))
+    assert session.fusion is None and "serving the graph as exported" in caplog.text
