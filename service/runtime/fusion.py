@@ -13,12 +13,13 @@ The fused attention returns no probabilities, so the rewritten graph lacks the `
 of the layers it fused; ``GraphSession`` runs the original graph for a call that asks for them.
 
 A graph that does not show the pattern (an imported graph with rotary positions, grouped-query heads or
-relative position biases, cross-attention) keeps those nodes: only exact matches are rewritten.
+relative position biases, cross-attention) keeps those nodes: only exact matches are rewritten. Weights kept
+as external data (a weights package) are read from ``weights`` where the projections are merged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,8 +67,9 @@ class _Attention:
 class _Graph:
     """Producers, consumers and constant values of a graph's tensors."""
 
-    def __init__(self, graph: onnx.GraphProto) -> None:
+    def __init__(self, graph: onnx.GraphProto, weights: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
+        self.weights = weights  # external initializers' values (a weights package's)
         self.producer = {out: node for node in graph.node for out in node.output}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in graph.node:
@@ -85,7 +87,7 @@ class _Graph:
         if name in self.initializers:
             tensor = self.initializers[name]
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                return None
+                return self.weights.get(name)
             return numpy_helper.to_array(tensor)
         node = self.producer.get(name)
         if node is None:
@@ -220,10 +222,11 @@ def _projections(g: _Graph, a: _Attention) -> tuple[str, np.ndarray, np.ndarray]
     return parts[0][0], weights, np.concatenate([p[2] for p in parts]).astype(np.float32)
 
 
-def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
-    """A rewritten copy of ``model`` (see the module's docstring), or None when no attention matched."""
+def fuse_attention(model: onnx.ModelProto, weights: Mapping[str, np.ndarray] | None = None) -> FusedGraph | None:
+    """A rewritten copy of ``model`` (see the module's docstring), or None when no attention matched.
+    ``weights``: the values of initializers the graph keeps as external data (a weights package)."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    g = _Graph(model.graph)
+    g = _Graph(model.graph, weights or {})
     found = [a for node in list(model.graph.node) if node.op_type == "Softmax" for a in [_match(g, node)] if a]
     if not found:
         return None
@@ -234,10 +237,10 @@ def fuse_attention(model: onnx.ModelProto) -> FusedGraph | None:
         q, k, v, bias = a.q, a.k, a.v, ""
         packed = _projections(g, a)
         if packed is not None:
-            source, weights, biases = packed
+            source, matrix, biases = packed
             names = [f"fused_qkv_{i}.{part}" for part in ("weight", "bias", "split")]
-            split = np.full(3, weights.shape[1] // 3, dtype=np.int64)
-            for name, value in zip(names, (weights, biases, split), strict=True):
+            split = np.full(3, matrix.shape[1] // 3, dtype=np.int64)
+            for name, value in zip(names, (matrix, biases, split), strict=True):
                 model.graph.initializer.append(numpy_helper.from_array(value, name))
             q, k, v = (f"fused_qkv_{i}.{part}" for part in ("q", "k", "v"))
             new_nodes += [

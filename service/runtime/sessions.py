@@ -107,9 +107,9 @@ def artifact_sessions(
     }
 
 
-def _has_external_data(model: onnx.ModelProto) -> bool:
-    """Whether weights live in files beside the graph (a graph loaded from bytes could not find them)."""
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+# What a session loads: the graph (a file, or a rewritten graph's bytes), what the rewrite did, and the
+# external initializers (a weights package's) that graph reads.
+_Source: TypeAlias = tuple[Path | bytes, Fusion | None, dict[str, ort.OrtValue]]
 
 
 class GraphSession:
@@ -134,16 +134,17 @@ class GraphSession:
         self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
         self._options, self._providers = options, requested
         # Fused on CPU only: ONNX Runtime's CUDA kernels for the fused node are not measured here.
-        fuse = options.fuse_attention and not initializers and requested == [CPU]
-        source, self.fusion = self._fused(path) if fuse else (path, None)
+        fuse = options.fuse_attention and requested == [CPU]
+        exported: _Source = (path, None, self._initializers)
+        source, self.fusion, needed = self._fused(path, initializers or {}) if fuse else exported
         try:
-            self.session = self._open(source, options, spin, requested)
+            self.session = self._open(source, options, spin, requested, needed)
         except ArtifactError as exc:
             if self.fusion is None:
                 raise
             log.warning("%s: the fused graph did not load (%s); serving the graph as exported", self.name, exc)
-            source, self.fusion = path, None
-            self.session = self._open(path, options, spin, requested)
+            source, self.fusion, needed = exported
+            self.session = self._open(path, options, spin, requested, needed)
         self._full_session: ort.InferenceSession | None = None  # the unfused graph, for attention maps
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
         # get_providers() is the truth.
@@ -156,7 +157,7 @@ class GraphSession:
         self.busy_session = (
             None
             if busy_threads is None
-            else self._open(source, replace(options, intra_op_threads=busy_threads), spin, [CPU])
+            else self._open(source, replace(options, intra_op_threads=busy_threads), spin, [CPU], needed)
         )
         self.io_binding = self.device == "cuda" if options.io_binding is None else options.io_binding
         if self.quantization == "int8" and self.device == "cuda":
@@ -182,39 +183,49 @@ class GraphSession:
         )
 
     def _open(
-        self, source: Path | bytes, options: RuntimeOptions, spin: bool, providers: list[str]
+        self,
+        source: Path | bytes,
+        options: RuntimeOptions,
+        spin: bool,
+        providers: list[str],
+        initializers: Mapping[str, ort.OrtValue],
     ) -> ort.InferenceSession:
         try:
             return ort.InferenceSession(
                 source if isinstance(source, bytes) else str(source),
-                sess_options=self._session_options(options, spin, self._initializers),
+                sess_options=self._session_options(options, spin, initializers),
                 providers=providers,
             )
         except Exception as exc:  # a corrupt or truncated file: one line that names it
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise ArtifactError(f"{self.file}: ONNX Runtime cannot load this graph ({detail})") from None
 
-    def _fused(self, path: Path) -> tuple[Path | bytes, Fusion | None]:
-        """The graph with its self-attentions fused, or the file itself where nothing matched (or the
-        file cannot be read here: the session's load then reports it)."""
+    def _fused(self, path: Path, weights: Mapping[str, np.ndarray]) -> _Source:
+        """The graph with its self-attentions fused and the package weights it still reads, or the file
+        itself where nothing matched (or the file cannot be read here: the session's load then reports it)."""
+        exported: _Source = (path, None, self._initializers)
         try:
-            fused = fuse_attention(onnx.load(str(path), load_external_data=False))
+            fused = fuse_attention(onnx.load(str(path), load_external_data=False), weights)
         except Exception as exc:  # the unfused graph still serves; never a reason not to load
             log.warning("%s: attention fusion skipped (%s)", self.name, str(exc).splitlines()[0][:200])
-            return path, None
-        if fused is None or _has_external_data(fused.model):
-            return path, None
+            return exported
+        if fused is None:
+            return exported
+        external = {t.name for t in fused.model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        if not external <= weights.keys():  # weights in files beside the graph: a graph from bytes cannot find them
+            return exported
         done = fused.fusion
         message = "%s: fused %d self-attentions (%d with one QKV matmul)"
         log.info(message, self.name, done.attentions, done.merged_projections)
-        return fused.model.SerializeToString(), done
+        needed = {name: value for name, value in self._initializers.items() if name in external}
+        return fused.model.SerializeToString(), done, needed
 
     def _session_for(self, outputs: Collection[str], busy: bool) -> ort.InferenceSession:
         """The unfused graph where a fused layer's attention probabilities are asked for (opened on first
         use); else the busy session for several requests' runs where there is one; else the session."""
         if self.fusion is not None and not self.fusion.dropped_outputs.isdisjoint(outputs):
             if self._full_session is None:
-                self._full_session = self._open(self.file, self._options, False, self._providers)
+                self._full_session = self._open(self.file, self._options, False, self._providers, self._initializers)
             return self._full_session
         return self.busy_session if busy and self.busy_session is not None else self.session
 

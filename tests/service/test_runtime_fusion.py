@@ -165,7 +165,7 @@ def test_a_fused_graph_that_does_not_load_falls_back_to_the_exported_one(
     """Say an ONNX Runtime build without the fused node: the server still serves the graph as exported."""
     from service.runtime import sessions as module
 
-    def broken(model: onnx.ModelProto) -> object:
+    def broken(model: onnx.ModelProto, weights: object) -> object:
         fused = fuse_attention(model)
         assert fused is not None
         fused.model.graph.node[0].op_type = "NoSuchOperator"
@@ -175,3 +175,27 @@ def test_a_fused_graph_that_does_not_load_falls_back_to_the_exported_one(
     spec = load_artifact(tiny_artifacts / "generator").graphs["decoder"]
     session = GraphSession("generator", spec, RuntimeOptions(device="cpu", intra_op_threads=1))
     assert session.fusion is None and "serving the graph as exported" in caplog.text
+
+
+def test_a_graph_whose_weights_come_in_a_package_is_fused_with_them() -> None:
+    """The served embedder: its Q/K/V weights come from the installed package, merged as the graph loads;
+    the exported graph, opened for attention maps, still gets every package tensor."""
+    artifact = load_artifact(Path(__file__).resolve().parents[2] / "artifacts" / "embedder")
+    assert artifact.weights_package is not None
+    weights = artifact.weights_package.load()
+    spec = artifact.graphs["encoder"]
+    options = RuntimeOptions(device="cpu", intra_op_threads=1)
+    fused = GraphSession("embedder", spec, options, initializers=weights)
+    plain = GraphSession("embedder", spec, replace(options, fuse_attention=False), initializers=weights)
+    assert fused.fusion is not None and fused.fusion.merged_projections == artifact.dims["n_layers"]
+    ids = np.random.default_rng(0).integers(5, artifact.vocab_size, (2, 7))
+    mask = np.ones_like(ids)
+    mask[1, 4:] = 0
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    feeds = {k: v for k, v in feeds.items() if k in spec.input_names}
+    names = [n for n in spec.output_names if not n.startswith(f"{ATTENTIONS}.")]
+    got, want = fused.run(feeds, names), plain.run(feeds, names)
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    maps = layer_names(ATTENTIONS, artifact.dims["n_layers"])
+    np.testing.assert_allclose(fused.run(feeds, maps)[maps[0]], plain.run(feeds, maps)[maps[0]], atol=1e-6)
