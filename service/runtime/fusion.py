@@ -19,7 +19,7 @@ as external data (a weights package) are read from ``weights`` where the project
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -223,9 +223,9 @@ def _projections(g: _Graph, a: _Attention) -> tuple[str, np.ndarray, np.ndarray]
 
 
 def fuse_attention(model: onnx.ModelProto, weights: Mapping[str, np.ndarray] | None = None) -> FusedGraph | None:
-    """A rewritten copy of ``model`` (see the module's docstring), or None when no attention matched.
-    ``weights``: the values of initializers the graph keeps as external data (a weights package)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    """``model`` rewritten in place (see the module's docstring), or None, leaving it untouched, when no
+    attention matched. ``weights``: the values of initializers the graph keeps as external data (a weights
+    package)."""
     g = _Graph(model.graph, weights or {})
     found = [a for node in list(model.graph.node) if node.op_type == "Softmax" for a in [_match(g, node)] if a]
     if not found:
@@ -289,7 +289,7 @@ def _expand_over_queries(mask: str, queries: str, out: str) -> list[onnx.NodePro
     ]
 
 
-def _replace_nodes(graph: onnx.GraphProto, nodes: Iterable[onnx.NodeProto]) -> None:
+def _replace_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
     """The nodes the outputs need, in topological order; unused initializers dropped."""
     producer = {out: n for n in nodes for out in n.output}
     needed: dict[int, onnx.NodeProto] = {}

@@ -136,7 +136,7 @@ class GraphSession:
         # Fused on CPU only: ONNX Runtime's CUDA kernels for the fused node are not measured here.
         fuse = options.fuse_attention and requested == [CPU]
         exported: _Source = (path, None, self._initializers)
-        source, self.fusion, needed = self._fused(path, initializers or {}) if fuse else exported
+        source, self.fusion, needed = (self._fused(path, initializers or {}) if fuse else None) or exported
         try:
             self.session = self._open(source, options, spin, requested, needed)
         except ArtifactError as exc:
@@ -200,20 +200,19 @@ class GraphSession:
             detail = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise ArtifactError(f"{self.file}: ONNX Runtime cannot load this graph ({detail})") from None
 
-    def _fused(self, path: Path, weights: Mapping[str, np.ndarray]) -> _Source:
-        """The graph with its self-attentions fused and the package weights it still reads, or the file
-        itself where nothing matched (or the file cannot be read here: the session's load then reports it)."""
-        exported: _Source = (path, None, self._initializers)
+    def _fused(self, path: Path, weights: Mapping[str, np.ndarray]) -> _Source | None:
+        """The graph with its self-attentions fused and the package weights it still reads; None where
+        nothing matched (or the file cannot be read here: the session's load then reports it)."""
         try:
             fused = fuse_attention(onnx.load(str(path), load_external_data=False), weights)
         except Exception as exc:  # the unfused graph still serves; never a reason not to load
             log.warning("%s: attention fusion skipped (%s)", self.name, str(exc).splitlines()[0][:200])
-            return exported
+            return None
         if fused is None:
-            return exported
+            return None
         external = {t.name for t in fused.model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
         if not external <= weights.keys():  # weights in files beside the graph: a graph from bytes cannot find them
-            return exported
+            return None
         done = fused.fusion
         message = "%s: fused %d self-attentions (%d with one QKV matmul)"
         log.info(message, self.name, done.attentions, done.merged_projections)
