@@ -35,6 +35,7 @@ from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorM
 from service.api.openai_errors import OpenAIErrorMiddleware
 from service.api.openapi import ServingApp
 from service.api.playground import install_playground
+from service.api.routes import add_routes
 from service.api.schemas import ErrorResponse
 from service.api.security_headers import SecurityHeadersMiddleware
 from service.api.tracing import RequestContextMiddleware
@@ -126,9 +127,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     _add_middleware(app, settings, metrics)
     # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
     for module in (translate, generate, completions, chat, classify, embeddings, tei, tgi, hf, models, tokenizer):
-        app.include_router(module.router, responses=tei.TEI_ERRORS if module is tei else ERRORS)
-    app.include_router(health.router)
-    app.include_router(metrics_router)
+        add_routes(app, module.router, tei.TEI_ERRORS if module is tei else ERRORS)
+    add_routes(app, health.router)
+    add_routes(app, metrics_router)
     install_docs(app)
     install_playground(app)
     return app

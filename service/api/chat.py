@@ -26,6 +26,7 @@ from service.api.chat_schemas import (
 )
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import ApiError, fields_as_sent
+from service.api.lean_route import LeanRoute
 from service.api.openai_common import FINISH, openai_job, openai_stream, usage
 from service.api.sse import sse, streaming_response
 from service.api.tracing import new_request_id
@@ -34,7 +35,7 @@ from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationService
 from service.engine.task_service import INLINE_TOKENIZE_CHARS, LARGE_TOKENIZE_CHARS
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
 PATH = "/v1/chat/completions"
 STREAM_DOC = (

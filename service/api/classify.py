@@ -7,11 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.lean_route import LeanRoute
 from service.api.responses import large_json
 from service.api.schemas import ClassificationResult, ClassifyRequest, ClassifyResponse, LabelScore
 from service.engine.classification import Classification, ClassificationJob, ClassifyInput
 
-router = APIRouter(tags=["classification"])
+router = APIRouter(tags=["classification"], route_class=LeanRoute)
 
 
 def _result(c: Classification) -> ClassificationResult:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
+from service.api.lean_route import LeanRoute
 from service.api.openai_common import FINISH, openai_job, openai_stream, usage
 from service.api.openai_schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from service.api.schemas import Usage
@@ -19,7 +20,7 @@ from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob, GenerationService
 from service.engine.scoring import TokenScore
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
 FIELDS = {"max_new_tokens": "max_tokens"}  # the engine's option names as this API spells them
 _END = object()

@@ -13,11 +13,12 @@ from fastapi.responses import Response as HttpResponse
 from pydantic import ConfigDict, Field
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.lean_route import LeanRoute
 from service.api.schemas import MAX_EMBEDDING_INPUTS, EmbeddingInputs, Response
 from service.api.schemas import Request as StrictRequest
 from service.engine.embedding import Embedding, EmbeddingJob, EmbedInput
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
 DEFAULT_MODEL = "default"  # also names the default embedding model, as an omitted `model` does
 

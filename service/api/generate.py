@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.lean_route import LeanRoute
 from service.api.responses import large_json
 from service.api.sampling import sampling_given, sampling_params, stop_strings
 from service.api.schemas import (
@@ -20,7 +21,7 @@ from service.api.sse import event_stream, sse, stream_doc
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
 
-router = APIRouter(tags=["generation"])
+router = APIRouter(tags=["generation"], route_class=LeanRoute)
 
 STREAM_DOC = stream_doc(
     "`event: token` per token (`{type, index, id, text, special, logprob?}`), then `event: done` "

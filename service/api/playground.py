@@ -10,6 +10,8 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from service.api.routes import add_routes
+
 PAGE = Path(__file__).resolve().parent.parent / "playground"
 
 router = APIRouter(tags=["playground"])
@@ -41,4 +43,4 @@ async def home() -> RedirectResponse:
 
 def install_playground(app: FastAPI) -> None:
     app.mount("/playground/static", StaticFiles(directory=PAGE), name="playground-static")
-    app.include_router(router)
+    add_routes(app, router)

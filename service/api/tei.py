@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.error_rewrite import ErrorShapeMiddleware
 from service.api.errors import ApiError
+from service.api.lean_route import LeanRoute
 from service.api.schemas import (
     MAX_EMBEDDING_INPUTS,
     AnyCaseTruncationSide,
@@ -24,7 +25,7 @@ from service.engine.classification import ClassificationJob, ClassificationServi
 from service.engine.embedding import EmbeddingJob, EmbeddingService, EmbedInput
 from service.engine.engine import Engine
 
-router = APIRouter(tags=["text embeddings inference"])
+router = APIRouter(tags=["text embeddings inference"], route_class=LeanRoute)
 
 TEI_PATHS = ("/embed", "/rerank")
 MAX_CLIENT_BATCH_SIZE = MAX_EMBEDDING_INPUTS  # inputs (or texts) in one request; TEI's flag of the same name, raised

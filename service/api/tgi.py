@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
+from service.api.lean_route import LeanRoute
 from service.api.sampling import tgi_sampling
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.tgi_schemas import FINISH, TGI_FIELDS, TgiParameters, TgiRequest
@@ -18,7 +19,7 @@ from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.scoring import TokenScore
 
-router = APIRouter(tags=["hugging face"])
+router = APIRouter(tags=["hugging face"], route_class=LeanRoute)
 
 
 def _job(body: TgiRequest, model: str) -> GenerationJob:

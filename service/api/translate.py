@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from service.api.deps import EngineDep, unless_disconnected
+from service.api.lean_route import LeanRoute
 from service.api.responses import large_json
 from service.api.sampling import translation_params
 from service.api.schemas import TranslateRequest, TranslateResponse, Translation, TranslationHypothesis
@@ -15,7 +16,7 @@ from service.api.sse import event_stream, sse, stream_doc
 from service.engine.translation import TranslationPiece, TranslationResult
 from service.engine.translation_service import TranslationJob
 
-router = APIRouter(tags=["translation"])
+router = APIRouter(tags=["translation"], route_class=LeanRoute)
 
 STREAM_DOC = stream_doc(
     "`event: token` per target token (`{type, index, id, text}`), then `event: done` "
