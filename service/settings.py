@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     max_input_tokens: int = Field(default=512, ge=1, le=65536)
     max_new_tokens: int = Field(default=256, ge=1, le=65536)
     max_batch_size: int = Field(default=64, ge=1, le=1024)
-    max_wait_ms: float = Field(default=5.0, ge=0, le=10_000)
+    max_wait_ms: float = Field(default=0.0, ge=0, le=10_000)
     # While a batch decodes, newcomers' prompts are fed this many padded tokens per step (0: whole prompts).
     prefill_chunk_tokens: int = Field(default=64, ge=0, le=65536)
     max_queue_size: int = Field(default=256, ge=1, le=1_000_000)
