@@ -95,9 +95,10 @@ class LeanRoute(APIRoute):
         async def handle(request: Request) -> Response:
             if request.headers.get("content-type") not in JSON_CONTENT_TYPES or overrides:
                 return await fastapi_handler(request)
+            raw = await request.body()  # a body refused on the way (size, time) raises to its middleware here
             try:
-                parsed = json.loads(await request.body())
-            except ValueError:  # FastAPI answers it (400, invalid JSON) from the body already read
+                parsed = json.loads(raw)
+            except Exception:  # invalid JSON, or nested past the parser's depth: FastAPI answers (400 or 422)
                 return await fastapi_handler(request)
             value, errors = body_field.validate(parsed, {}, loc=("body",))
             if errors:  # FastAPI's 422, exactly as it words it

@@ -80,6 +80,8 @@ BODIES: list[tuple[str, bytes, dict[str, str]]] = [
     ("/echo", b'{"text": "ab", "n": 1.5}', {"content-type": "application/json"}),
     ("/echo", b'{"text": "ab"', {"content-type": "application/json"}),  # invalid JSON
     ("/echo", b"", {"content-type": "application/json"}),
+    ("/echo", b"[" * 100_000 + b"]" * 100_000, {"content-type": "application/json"}),  # past the parser's depth
+    ("/echo", b'{"text": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", {"content-type": "application/json"}),
     ("/echo", b"null", {"content-type": "application/json"}),
     ("/echo", b"[1, 2]", {"content-type": "application/json"}),
     ("/echo", b'{"text": "boom"}', {"content-type": "application/json"}),  # the app's exception handler
@@ -102,7 +104,7 @@ async def test_lean_answers_exactly_as_fastapi() -> None:
     for (path, body, headers), mine, theirs in zip(BODIES, lean, plain, strict=True):
         assert mine == theirs, (path, body, headers)
     statuses = [status for status, _, _ in lean]
-    assert statuses == [200, 200, 200, 200, 422, 422, 422, 422, 422, 422, 422, 422, 422, 418, 200, 200], statuses
+    assert statuses == [200, 200, 200, 200, 422, 422, 422, 422, 422, 422, 422, 400, 400, 422, 422, 418, 200, 200], statuses
     assert json.loads(lean[0][2]) == {"text": "abab", "n": 2, "engine": "the engine"}  # None left out
 
 
