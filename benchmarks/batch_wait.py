@@ -17,32 +17,21 @@ import argparse
 import asyncio
 import json
 import platform
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from benchmarks.serving import Server, classify, drive
+from benchmarks.serving import Server, batch_rows, classify, drive
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def prefill_rows(url: str) -> tuple[float, float]:
-    """The classifier's runs so far, from /metrics: (rows over all of them, how many)."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    found = [re.search(rf'^serve_batch_size_{part}{{model="classifier",phase="prefill"}} (\S+)$', text, re.MULTILINE)
-             for part in ("sum", "count")]
-    rows, runs = (float(match.group(1)) if match else 0.0 for match in found)
-    return rows, runs
-
 
 def measure(server: Server, concurrency: int, requests: int) -> dict[str, Any]:
     asyncio.run(drive(server.url, "warm-up", classify, concurrency, max(concurrency, 100)))
-    rows_before, runs_before = prefill_rows(server.url)
+    rows_before, runs_before = batch_rows(server.url, "classifier", "prefill")
     cell = asyncio.run(drive(server.url, "classify", classify, concurrency, requests))
-    rows_after, runs_after = prefill_rows(server.url)
+    rows_after, runs_after = batch_rows(server.url, "classifier", "prefill")
     assert not cell.errors, f"{cell.errors} errors"
     summary = cell.summary()
     runs = runs_after - runs_before

@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import tempfile
 from pathlib import Path
 
-import httpx
-
-from benchmarks.serving import Server, ThreadCpu, classify, cpu_between, drive, generate, threads_cpu
+from benchmarks.serving import Server, ThreadCpu, batch_rows, classify, cpu_between, drive, generate, threads_cpu
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64
@@ -47,9 +44,9 @@ def main() -> None:
         settings = {"models": "classifier,generator", "api_processes": args.api_processes}
         with Server(artifacts, args.threads, **settings) as server:
             asyncio.run(drive(server.url, "warm-up", client, args.concurrency, 300))
-            before, rows_before = threads_cpu(server.proc.pid), decode_rows(server.url)
+            before, rows_before = threads_cpu(server.proc.pid), batch_rows(server.url, "generator", "decode")
             cell = asyncio.run(drive(server.url, "cell", client, args.concurrency, args.requests))
-            after, rows_after = threads_cpu(server.proc.pid), decode_rows(server.url)
+            after, rows_after = threads_cpu(server.proc.pid), batch_rows(server.url, "generator", "decode")
     units = cell.tokens if args.client == "generate" else args.requests
     per_kind: dict[str, float] = {}
     for thread in cpu_between(before, after).values():
@@ -64,14 +61,6 @@ def main() -> None:
     if steps:
         print(f"  decode steps: {steps:.0f}, {(rows_after[0] - rows_before[0]) / steps:.1f} rows each on average")
 
-
-def decode_rows(url: str) -> tuple[float, float]:
-    """The generator's decode steps so far, from /metrics: (rows over all of them, how many)."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    found = [re.search(rf'^serve_batch_size_{part}{{model="generator",phase="decode"}} (\S+)$', text, re.MULTILINE)
-             for part in ("sum", "count")]
-    rows, steps = (float(match.group(1)) if match else 0.0 for match in found)
-    return rows, steps
 
 
 if __name__ == "__main__":

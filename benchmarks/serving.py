@@ -306,6 +306,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def batch_rows(url: str, model: str, phase: str) -> tuple[float, float]:
+    """A model's runs so far in one phase ("prefill" or "decode"), from /metrics: (rows over all of them, how
+    many runs)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    pattern = r'^serve_batch_size_{part}{{model="{model}",phase="{phase}"}} (\S+)$'
+    found = [re.search(pattern.format(part=part, model=model, phase=phase), text, re.MULTILINE)
+             for part in ("sum", "count")]
+    rows, runs = (float(match.group(1)) if match else 0.0 for match in found)
+    return rows, runs
+
+
 class Server:
     """`python -m service` in a subprocess, with settings from the environment."""
 
