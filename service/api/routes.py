@@ -2,7 +2,7 @@
 
 FastAPI's `include_router` keeps each included router behind a matcher of its own, which for every request
 tries the routers in order, each matching its routes twice (to choose, then to handle) while it saves and
-restores its scope keys: ~15-20 us of a classify request's ~95 us of Python in the app (measured in
+restores its scope keys: ~10-20 us of a classify request's ~95 us of Python in the app (measured in
 process, the engine stubbed). Added one by one with `add_api_route`, with the same arguments and the
 responses merged as `include_router` merges them, the routes and the OpenAPI document are the same and a
 request matches each route once.

@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.dependencies.utils import solve_dependencies
 from pydantic import BaseModel, Field
 
-from service.api import classify, generate, health, tei, translate
+from service.api import chat, classify, completions, embeddings, generate, health, tei, tgi, translate
 from service.api.deps import EngineDep, get_engine
 from service.api.lean_route import LeanRoute, _lean_shape
 from service.api.routes import add_routes
@@ -129,8 +129,12 @@ async def test_valid_json_skips_fastapis_dependency_solving(monkeypatch: pytest.
 
 
 def test_the_inference_routes_take_the_short_way() -> None:
-    lean = {route.path for m in (classify, generate, translate, tei) for route in m.router.routes if _lean_shape(route)}
-    assert {"/v1/classify", "/v1/generate", "/v1/translate", "/embed", "/rerank"} <= lean
+    modules = (classify, generate, translate, completions, chat, embeddings, tei, tgi)
+    lean = {route.path for m in modules for route in m.router.routes if _lean_shape(route)}
+    assert lean == {
+        "/v1/classify", "/v1/generate", "/v1/translate", "/v1/completions", "/v1/chat/completions",
+        "/v1/embeddings", "/embed", "/rerank", "/generate", "/generate_stream",
+    }
 
 
 def test_routes_added_one_by_one_document_as_included() -> None:
