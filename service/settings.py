@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     io_binding: bool | None = None
     # Decoders' cached self-attention as one fused node per layer (the same numbers; false: the graph as exported).
     fuse_attention: bool = True
+    # ONNX Runtime's intra-op threads keep spinning after a run returns (false: they park as it returns).
+    spin_between_runs: bool = True
 
     # HTTP front-end processes: parsing, validation, tokenizing and rendering answers in N processes that
     # feed one engine process, which runs the models (1: everything in one process).

@@ -12,7 +12,7 @@ from tokenizers import Encoding, Tokenizer
 from contract.kinds import CLASSIFICATION
 from contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
-from service.engine.encoder_batch import encoder_feeds, run_in_groups
+from service.engine.encoder_batch import Company, encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
@@ -85,10 +85,11 @@ class ClassificationModel:
         names = layer_names(ATTENTIONS, artifact.dims["n_layers"])
         self.attention_names = names if all(session.has_output(n) for n in names) else []
         self.token_types = TOKEN_TYPE_IDS in session.input_names  # RoBERTa-like families have none
+        self.company = Company()
 
     def prefill(self, sequences: list[ClassificationSequence]) -> tuple[list[Emit], None]:
-        # Several requests in one run: their siblings keep the event loop busy, so leave it a core.
-        busy = len({id(s.handle) for s in sequences}) > 1
+        # Other requests in flight keep the event loop busy: leave it a core.
+        busy = self.company.busy([s.handle for s in sequences])
         outputs = self.run_batch([s.item for s in sequences], busy)
         return [
             Emit(s, self.result(s.item, logits, maps, s.top_k), final=True)

@@ -13,7 +13,7 @@ from tokenizers import Encoding
 
 from contract.kinds import EMBEDDING
 from contract.names import EMBEDDINGS, TOKEN_TYPE_IDS
-from service.engine.encoder_batch import encoder_feeds, run_in_groups
+from service.engine.encoder_batch import Company, encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
@@ -71,9 +71,10 @@ class EmbeddingModel:
         self.session = session
         self.pad = artifact.special_tokens["pad"]
         self.token_types = TOKEN_TYPE_IDS in session.input_names  # one segment: all zeros
+        self.company = Company()
 
     def prefill(self, sequences: list[EmbeddingSequence]) -> tuple[list[Emit], None]:
-        busy = len({id(s.handle) for s in sequences}) > 1  # as the classifier: leave the event loop a core
+        busy = self.company.busy([s.handle for s in sequences])  # as the classifier: leave the event loop a core
         vectors = self.run_batch([s.ids for s in sequences], busy)
         return [
             Emit(s, Embedding(finish(v, s.normalize, s.dimensions).tolist(), len(s.ids)), final=True)

@@ -17,6 +17,20 @@ from contract.names import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 
 R = TypeVar("R")
 
+
+class Company:
+    """Whether an encoder's run shares the machine with other requests' work: it answers several requests,
+    or the run before it did (a run of one under load). Such runs take the busy session (fewer threads,
+    service/runtime/sessions.py); a lone request among lone requests gets every thread."""
+
+    def __init__(self) -> None:
+        self.recent = False
+
+    def busy(self, handles: Sequence[object]) -> bool:
+        several = len({id(h) for h in handles}) > 1
+        busy, self.recent = several or self.recent, several
+        return busy
+
 # One more ORT run costs about as much as this many padded tokens of a small encoder on CPU (the run's fixed
 # overhead, ~0.2 ms, against ~5 us per token of all-MiniLM-L6-v2 on one core): a run of its own pays off
 # only for rows that would otherwise carry more padding than this.

@@ -108,6 +108,7 @@ class Engine:
             io_binding=self.settings.io_binding,
             busy_intra_op_threads=self.settings.busy_intra_op_threads,
             fuse_attention=self.settings.fuse_attention,
+            spin_between_runs=self.settings.spin_between_runs,
         )
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 ALLOW_SPINNING = "session.intra_op.allow_spinning"  # ORT session config key; unset means spin
+FORCE_SPINNING_STOP = "session.force_spinning_stop"  # ORT session config key: park the threads as a run returns
 
 # A tensor the engine passes around: numpy on the host, or an OrtValue that stays on the device.
 Tensor: TypeAlias = np.ndarray | ort.OrtValue
@@ -41,6 +42,7 @@ class RuntimeOptions:
     io_binding: bool | None = None  # None: only when the session really runs on CUDA
     busy_intra_op_threads: int | None = None  # None: one fewer than the intra-op threads
     fuse_attention: bool = True  # self-attention as fused nodes (service/runtime/fusion.py)
+    spin_between_runs: bool = True  # False: every graph's intra-op threads park as a run returns
 
     def busy_threads(self) -> int | None:
         """Intra-op threads for a one-step model's run that serves several requests at once, or None when
@@ -86,7 +88,10 @@ def artifact_sessions(
     spin-waiting between runs: the decoder where there is one (it runs step after step), else the only
     graph. Measured over HTTP, 16 concurrent greedy translations: the encoder's threads spinning between
     arrivals took CPU from the decoder's (2,907 -> 3,727 tok/s without); a lone classifier encoder
-    answers one text at a time 2x faster with them spinning.
+    answers one text at a time 2x faster with them spinning. With `spin_between_runs` off, every graph's
+    threads spin within a run and park as it returns (ONNX Runtime's `session.force_spinning_stop`): less
+    CPU per request and more throughput under load on few cores, slower answers one request at a time
+    (docs/operations.md has the measurements).
 
     A one-step model's graph gets a second, "busy" session with fewer threads (`busy_threads`) for runs
     that answer several requests at once: their siblings keep the event loop busy meanwhile (parsing,
@@ -244,7 +249,9 @@ class GraphSession:
         so = ort.SessionOptions()
         if initializers:
             so.add_external_initializers(list(initializers), list(initializers.values()))
-        if not spin:
+        if not options.spin_between_runs:
+            so.add_session_config_entry(FORCE_SPINNING_STOP, "1")  # spin within a run only
+        elif not spin:
             so.add_session_config_entry(ALLOW_SPINNING, "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = options.intra_op_threads

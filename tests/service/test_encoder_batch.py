@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from service.engine.encoder_batch import RUN_COST_TOKENS, encoder_feeds, length_groups, run_in_groups
+from service.engine.encoder_batch import RUN_COST_TOKENS, Company, encoder_feeds, length_groups, run_in_groups
 
 
 def cost(lengths: list[int], groups: list[list[int]]) -> int:
@@ -59,3 +59,12 @@ def test_feeds_are_right_padded_with_optional_token_types() -> None:
     assert feeds["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
     assert "token_type_ids" not in encoder_feeds([[5]], None, pad=1)
     assert feeds["input_ids"].dtype == np.int64
+
+
+def test_a_run_keeps_company_one_run_after_several_requests() -> None:
+    """Several requests in a run, or in the run before it, make it a busy one; a request's several texts
+    are one request."""
+    one, other = object(), object()
+    company = Company()
+    runs = [[one], [one, one], [one, other], [one], [other], [one, other], [other, other]]
+    assert [company.busy(handles) for handles in runs] == [False, False, True, True, False, True, True]

@@ -35,7 +35,8 @@ async def test_pairs_use_segment_ids(served) -> None:
 
 async def test_a_run_for_several_requests_uses_the_busy_session(serving, monkeypatch) -> None:
     """One request (any number of texts) gets every intra-op thread; a batch of several requests the busy
-    session, which leaves the event loop a core."""
+    session, which leaves the event loop a core, and so does a lone request right after such a batch (a run
+    of one under load)."""
     async with serving(intra_op_threads=2, max_batch_size=8, max_wait_ms=200) as s:
         clf = s.engine.classifier
         assert clf.model.session.busy_session is not None
@@ -51,6 +52,8 @@ async def test_a_run_for_several_requests_uses_the_busy_session(serving, monkeyp
         with clf.scheduler._cond:  # the worker takes neither before both are queued (an RLock: submit re-enters)
             handles = [await clf.submit(ClassificationJob([x], ["text"])) for x in INPUTS[:2]]
         together = [await h.result() for h in handles]
-    assert runs == [False, True]
+        after = [await (await clf.submit(ClassificationJob([INPUTS[0]], ["text"]))).result() for _ in range(2)]
+    assert runs == [False, True, True, False]
+    np.testing.assert_allclose(list(after[0].scores.values()), list(after[1].scores.values()), atol=1e-5)
     for one, other in zip(alone[:2], together, strict=True):
         np.testing.assert_allclose(list(one.scores.values()), list(other.scores.values()), atol=1e-5)

@@ -10,6 +10,7 @@ from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.sessions import (
     ALLOW_SPINNING,
     CPU,
+    FORCE_SPINNING_STOP,
     GraphSession,
     RuntimeOptions,
     artifact_sessions,
@@ -87,6 +88,22 @@ def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> Non
     classifier_graphs = load_artifact(tiny_artifacts / "classifier").graphs
     (classifier,) = artifact_sessions("classifier", classifier_graphs, options).values()
     assert spins(classifier)
+
+
+def test_without_spinning_between_runs_every_graph_parks_as_a_run_returns(tiny_artifacts: Path) -> None:
+    def entry(session: GraphSession, key: str) -> str | None:
+        try:
+            value: str = session.session.get_session_options().get_session_config_entry(key)
+        except RuntimeError:  # unset
+            return None
+        return value
+
+    options = RuntimeOptions(device="cpu", intra_op_threads=2, spin_between_runs=False)
+    translator = artifact_sessions("translator", load_artifact(tiny_artifacts / "translator").graphs, options)
+    classifier = artifact_sessions("classifier", load_artifact(tiny_artifacts / "classifier").graphs, options)
+    for session in [*translator.values(), *classifier.values()]:
+        assert entry(session, FORCE_SPINNING_STOP) == "1"
+        assert entry(session, ALLOW_SPINNING) is None  # threads still spin within a run
 
 
 @pytest.mark.parametrize(
