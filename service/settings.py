@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     # Empty: every folder of artifacts_dir that has a config.json (DISCOVERY_ORDER first).
     models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # 0 lets ONNX Runtime pick (one thread per physical core).
+    # 0: one per usable CPU under a CPU limit (a container's), else ONNX Runtime's pick (one per physical core).
     intra_op_threads: int = Field(default=0, ge=0, le=256)
     inter_op_threads: int = Field(default=0, ge=0, le=256)
     # A classifier run that answers several requests at once uses this many (None: one fewer than the above,
@@ -37,8 +37,9 @@ class Settings(BaseSettings):
     io_binding: bool | None = None
     # Decoders' cached self-attention as one fused node per layer (the same numbers; false: the graph as exported).
     fuse_attention: bool = True
-    # ONNX Runtime's intra-op threads keep spinning after a run returns (false: they park as it returns).
-    spin_between_runs: bool = True
+    # ONNX Runtime's intra-op threads keep spinning after a run returns (false: they park as it returns;
+    # unset: they spin unless the process runs under a CPU limit).
+    spin_between_runs: bool | None = None
 
     # HTTP front-end processes: parsing, validation, tokenizing and rendering answers in N processes that
     # feed one engine process, which runs the models (1: everything in one process).

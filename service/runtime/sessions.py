@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,6 +14,7 @@ import onnxruntime as ort
 
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
+from service.runtime.cpu_limit import cpu_quota, usable_cpus
 from service.runtime.fusion import Fusion, fuse_attention
 
 log = logging.getLogger(__name__)
@@ -36,18 +36,29 @@ def to_numpy(value: Tensor) -> np.ndarray:
 @dataclass(frozen=True)
 class RuntimeOptions:
     device: str = "auto"  # auto | cpu | cuda
-    intra_op_threads: int = 0
+    intra_op_threads: int = 0  # 0: one per usable CPU under a CPU limit, else ONNX Runtime's default
     inter_op_threads: int = 0
     quantization: str = "none"  # none | int8
     io_binding: bool | None = None  # None: only when the session really runs on CUDA
     busy_intra_op_threads: int | None = None  # None: one fewer than the intra-op threads
     fuse_attention: bool = True  # self-attention as fused nodes (service/runtime/fusion.py)
-    spin_between_runs: bool = True  # False: every graph's intra-op threads park as a run returns
+    spin_between_runs: bool | None = None  # False: threads park as a run returns; None: spin unless CPU-limited
+
+    def threads(self) -> int:
+        """Intra-op threads: as set; else, under a CPU limit, one per usable CPU (ONNX Runtime's own choice,
+        one per physical core, does not see the limit); else 0, ONNX Runtime's choice."""
+        if self.intra_op_threads or cpu_quota() is None:
+            return self.intra_op_threads
+        return usable_cpus()
+
+    def spins_between_runs(self) -> bool:
+        """As set; unset, spin unless under a CPU limit, which counts a spinning thread's wait as work."""
+        return self.spin_between_runs if self.spin_between_runs is not None else cpu_quota() is None
 
     def busy_threads(self) -> int | None:
         """Intra-op threads for a one-step model's run that serves several requests at once, or None when
         that is no fewer than the usual (no second session)."""
-        threads = self.intra_op_threads or len(os.sched_getaffinity(0))
+        threads = self.intra_op_threads or usable_cpus()
         busy = self.busy_intra_op_threads if self.busy_intra_op_threads is not None else max(1, threads - 1)
         return busy if busy < threads else None
 
@@ -88,10 +99,10 @@ def artifact_sessions(
     spin-waiting between runs: the decoder where there is one (it runs step after step), else the only
     graph. Measured over HTTP, 16 concurrent greedy translations: the encoder's threads spinning between
     arrivals took CPU from the decoder's (2,907 -> 3,727 tok/s without); a lone classifier encoder
-    answers one text at a time 2x faster with them spinning. With `spin_between_runs` off, every graph's
-    threads spin within a run and park as it returns (ONNX Runtime's `session.force_spinning_stop`): less
-    CPU per request and more throughput under load on few cores, slower answers one request at a time
-    (docs/operations.md has the measurements).
+    answers one text at a time 2x faster with them spinning. Without spinning between runs (so set, or
+    under a CPU limit), every graph's threads spin within a run and park as it returns (ONNX Runtime's
+    `session.force_spinning_stop`): less CPU per request, more throughput under load on few cores, slower
+    answers one request at a time, and no throttling under a CPU limit (docs/benchmarks.md).
 
     A one-step model's graph gets a second, "busy" session with fewer threads (`busy_threads`) for runs
     that answer several requests at once: their siblings keep the event loop busy meanwhile (parsing,
@@ -249,12 +260,12 @@ class GraphSession:
         so = ort.SessionOptions()
         if initializers:
             so.add_external_initializers(list(initializers), list(initializers.values()))
-        if not options.spin_between_runs:
+        if not options.spins_between_runs():
             so.add_session_config_entry(FORCE_SPINNING_STOP, "1")  # spin within a run only
         elif not spin:
             so.add_session_config_entry(ALLOW_SPINNING, "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = options.intra_op_threads
+        so.intra_op_num_threads = options.threads()
         so.inter_op_num_threads = options.inter_op_threads
         so.log_severity_level = 3
         return so

@@ -82,7 +82,7 @@ def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> Non
             return True
         return entry != "0"
 
-    options = RuntimeOptions(device="cpu", intra_op_threads=2)
+    options = RuntimeOptions(device="cpu", intra_op_threads=2, spin_between_runs=True)
     translator = artifact_sessions("translator", load_artifact(tiny_artifacts / "translator").graphs, options)
     assert {role: spins(s) for role, s in translator.items()} == {"encoder": False, "decoder": True}
     classifier_graphs = load_artifact(tiny_artifacts / "classifier").graphs
