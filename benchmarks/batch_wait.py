@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving import Server, batch_rows, classify, drive
+from benchmarks.serving import Server, batch_rows, classify, drive, write_record
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,11 +76,7 @@ def main() -> None:
     shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
     options = (("artifacts", shown), ("waits", args.waits), ("concurrency", args.concurrency),
                ("rounds", args.rounds), ("requests", args.requests), ("threads", args.threads))
-    record = {"command": "python -m benchmarks.batch_wait " + " ".join(f"--{k} {v}" for k, v in options),
-              "machine": platform.processor() or platform.machine(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    print(f"wrote {args.out}")
+    write_record("batch_wait", options, args.out, rows=rows)
 
 
 if __name__ == "__main__":

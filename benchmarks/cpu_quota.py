@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
 import subprocess
 import time
@@ -26,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving import classify, drive
+from benchmarks.serving import classify, drive, write_record
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 8899
@@ -133,11 +131,7 @@ def main() -> None:
     print("\n" + "\n".join(table(rows)))
     options = (("cpus", args.cpus), ("concurrency", args.concurrency), ("rounds", args.rounds),
                ("requests", args.requests), ("threads", args.threads), ("image", args.image))
-    record = {"command": "python -m benchmarks.cpu_quota " + " ".join(f"--{k} {v}" for k, v in options),
-              "machine": platform.processor() or platform.machine(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    print(f"wrote {args.out}")
+    write_record("cpu_quota", options, args.out, rows=rows)
 
 
 if __name__ == "__main__":

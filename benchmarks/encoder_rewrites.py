@@ -16,8 +16,6 @@ exported graph. Prints a Markdown table and writes the JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 import warnings
@@ -29,6 +27,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.transformers.optimizer import optimize_model
 
+from benchmarks.serving import write_record
 from service.runtime.artifact import load_artifact
 from service.runtime.fusion import fuse_attention
 
@@ -139,12 +138,7 @@ def main() -> None:
     print(f"ONNX Runtime's transformer optimizer fused: {fused}")
     options = (("models", args.models), ("rows", args.rows), ("tokens", args.tokens), ("rounds", args.rounds),
                ("threads", args.threads))
-    record = {"command": "python -m benchmarks.encoder_rewrites " + " ".join(f"--{k} {v}" for k, v in options),
-              "machine": platform.processor() or platform.machine(), "onnxruntime": ort.__version__,
-              "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_record("encoder_rewrites", options, args.out, onnxruntime=ort.__version__, results=results)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import multiprocessing
-import platform
 import statistics
 import tempfile
 import time
@@ -56,6 +54,7 @@ from benchmarks.serving import (
     generate,
     machine_cpu_seconds,
     threads_cpu,
+    write_record,
 )
 from model.export.tiny import export_tiny_artifacts
 
@@ -272,14 +271,10 @@ def main() -> None:
         export_tiny_artifacts(artifacts, ("classifier", "generator"))
         summary, mixed = run(args.rounds, args.threads, artifacts, args.scale, api_processes)
     print(table(summary, mixed))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     options = (("rounds", args.rounds), ("threads", args.threads), ("scale", args.scale),
                ("api-processes", args.api_processes))
-    record = {"command": "python -m benchmarks.server_ceiling " + " ".join(f"--{k} {v}" for k, v in options),
-              "machine": platform.processor() or platform.machine(), "rows": summary,
-              f"{MIXED_STREAMS} streams beside {MIXED_CLASSIFIERS} classify clients": mixed}
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_record("server_ceiling", options, args.out, rows=summary,
+                 **{f"{MIXED_STREAMS} streams beside {MIXED_CLASSIFIERS} classify clients": mixed})
 
 
 if __name__ == "__main__":

@@ -306,6 +306,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def write_record(module: str, options: tuple[tuple[str, object], ...], out: Path, **fields: Any) -> None:
+    """A benchmark's JSON: the command that made it (`python -m benchmarks.<module>` with its options), the
+    machine, and `fields`."""
+    command = f"python -m benchmarks.{module} " + " ".join(f"--{k} {v}" for k, v in options)
+    record = {"command": command, "machine": platform.processor() or platform.machine(), **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
+
+
 def batch_rows(url: str, model: str, phase: str) -> tuple[float, float]:
     """A model's runs so far in one phase ("prefill" or "decode"), from /metrics: (rows over all of them, how
     many runs)."""
