@@ -58,3 +58,15 @@ def test_without_a_limit_onnx_runtime_picks_and_the_threads_spin(monkeypatch: py
     monkeypatch.setattr(sessions, "cpu_quota", lambda: None)
     assert RuntimeOptions().threads() == 0 and RuntimeOptions().spins_between_runs()
     assert not RuntimeOptions(spin_between_runs=False).spins_between_runs()
+
+
+def test_a_limit_above_the_process_cgroup_applies_and_the_tightest_wins(tmp_path: Path) -> None:
+    membership = tmp_path / "proc-self-cgroup"
+    write(membership, "0::/system.slice/serve.service\n")
+    root = tmp_path / "cgroup"
+    write(root / "system.slice/serve.service/cpu.max", "max 100000\n")
+    assert cpu_quota(root, membership) is None
+    write(root / "system.slice/cpu.max", "300000 100000\n")  # a slice's CPUQuota=300%
+    assert cpu_quota(root, membership) == 3.0
+    write(root / "system.slice/serve.service/cpu.max", "50000 50000\n")
+    assert cpu_quota(root, membership) == 1.0
