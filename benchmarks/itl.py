@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from benchmarks.serving import REPO, Connection, Server, _ok
+from benchmarks.serving import REPO, Connection, Server, _ok, write_record
 
 
 def prompt(n: int, first: int) -> list[int]:
@@ -110,12 +108,9 @@ def main() -> None:
         ratio = f"{s['p99'] / s['p50']:.2f}" if s["p50"] >= 0.01 else "-"  # a tiny test model's gaps round to 0
         print(f"| {c} | {s['tok_s']:,.0f} | {s['p50']} | {s['p99']} | {s['p999']} | {ratio} | "
               f"{s['long_prompts']:.0f} | {s['long_latency_ms']} |")
-    result: dict[str, Any] = {"command": "python -m benchmarks.itl " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                                                                 for k, v in vars(args).items()),
-                              "summary": summary, "rounds": rounds}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"\nwrote {args.out}")
+    options = tuple((k.replace("_", "-"), v) for k, v in vars(args).items())
+    print()
+    write_record("itl", options, args.out, summary=summary, rounds=rounds)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class Company:
         busy, self.recent = several or self.recent, several
         return busy
 
+
 # One more ORT run costs about as much as this many padded tokens of a small encoder on CPU (the run's fixed
 # overhead, ~0.2 ms, against ~5 us per token of all-MiniLM-L6-v2 on one core): a run of its own pays off
 # only for rows that would otherwise carry more padding than this.

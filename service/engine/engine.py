@@ -25,7 +25,7 @@ from service.engine.task_service import ThreadWork, TokenizerWork
 from service.engine.translation_service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
-from service.runtime.cpu_limit import cpu_quota
+from service.runtime.cpu_limit import cpu_limit
 from service.runtime.sessions import GraphSession, RuntimeOptions, artifact_sessions
 from service.settings import Settings
 
@@ -111,7 +111,7 @@ class Engine:
             fuse_attention=self.settings.fuse_attention,
             spin_between_runs=self.settings.spin_between_runs,
         )
-        if (quota := cpu_quota()) is not None:
+        if (quota := cpu_limit()) is not None:
             log.info(
                 "CPU limit %.2f CPUs: %d intra-op threads, %s between runs",
                 quota,

@@ -10,21 +10,28 @@ import os
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
-MEMBERSHIP = Path("/proc/self/cgroup")  # which cgroup this process is in
+MEMBERSHIP = Path("/proc/self/cgroup")  # which cgroups this process is in, one line per hierarchy
+V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 
 
-def _v2_folders(root: Path, membership: Path) -> list[Path]:
-    """This process's cgroup v2 folder (from /proc/self/cgroup) and every folder above it up to the root
-    (a limit on any of them applies); just the root where the file names none (a container's own cgroup)."""
-    folders: list[Path] = []
+def _with_ancestors(mount: Path, path: str) -> list[Path]:
+    """The folder of a cgroup path under its mount and every folder above it, the mount last. `..` parts
+    (a cgroup outside this namespace's root) are dropped rather than followed out of the mount."""
+    parts = [p for p in Path(path.lstrip("/")).parts if p not in ("", ".", "..")]
+    return [*(mount.joinpath(*parts[:n]) for n in range(len(parts), 0, -1)), mount]
+
+
+def _memberships(membership: Path) -> dict[str, str]:
+    """Controllers ("" for cgroup v2) -> this process's cgroup path, from /proc/self/cgroup."""
+    found: dict[str, str] = {}
     try:
         for line in membership.read_text().splitlines():
-            if line.startswith("0::"):
-                parts = Path(line[3:].lstrip("/")).parts
-                folders += [root.joinpath(*parts[:n]) for n in range(len(parts), 0, -1)]
-    except OSError:
+            _, controllers, path = line.split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                found.setdefault(controller, path)
+    except (OSError, ValueError):
         pass
-    return [*folders, root]
+    return found
 
 
 def _v2_limit(folder: Path) -> float | None:
@@ -45,15 +52,26 @@ def _v1_limit(folder: Path) -> float | None:
 
 
 def cpu_quota(root: Path = CGROUP, membership: Path = MEMBERSHIP) -> float | None:
-    """The CPU limit in CPUs (quota / period; the tightest where several cgroups set one), or None."""
-    limits = [_v2_limit(folder) for folder in _v2_folders(root, membership)]
-    limits += [_v1_limit(root / name) for name in ("cpu", "cpu,cpuacct")]  # cgroup v1, as a container sees it
+    """The CPU quota in CPUs (quota / period) of this process's cgroup or any above it (the tightest where
+    several set one), cgroup v2 or v1; None where none does. Inside a container the file names "/" and the
+    mount is the container's own cgroup."""
+    paths = _memberships(membership)
+    limits = [_v2_limit(folder) for folder in _with_ancestors(root, paths.get("", "/"))]
+    for mount in V1_CPU_MOUNTS:
+        limits += [_v1_limit(folder) for folder in _with_ancestors(root / mount, paths.get("cpu", "/"))]
     found = [limit for limit in limits if limit is not None]
     return min(found) if found else None
 
 
-def usable_cpus(root: Path = CGROUP) -> int:
+def cpu_limit(root: Path = CGROUP, membership: Path = MEMBERSHIP) -> float | None:
+    """The quota where it limits this process: below the cores it may run on (2 CPUs on a 2-core machine
+    limit nothing); else None."""
+    quota = cpu_quota(root, membership)
+    return quota if quota is not None and quota < len(os.sched_getaffinity(0)) else None
+
+
+def usable_cpus(root: Path = CGROUP, membership: Path = MEMBERSHIP) -> int:
     """The cores this process may run on, at most the CPU limit rounded up (at least 1)."""
     cores = len(os.sched_getaffinity(0))
-    quota = cpu_quota(root)
-    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+    limit = cpu_limit(root, membership)
+    return cores if limit is None else max(1, math.ceil(limit))

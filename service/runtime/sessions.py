@@ -14,7 +14,7 @@ import onnxruntime as ort
 
 from contract.names import LOGITS_TO_KEEP
 from service.runtime.artifact import ArtifactError, GraphSpec
-from service.runtime.cpu_limit import cpu_quota, usable_cpus
+from service.runtime.cpu_limit import cpu_limit, usable_cpus
 from service.runtime.fusion import Fusion, fuse_attention
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,13 @@ class RuntimeOptions:
     def threads(self) -> int:
         """Intra-op threads: as set; else, under a CPU limit, one per usable CPU (ONNX Runtime's own choice,
         one per physical core, does not see the limit); else 0, ONNX Runtime's choice."""
-        if self.intra_op_threads or cpu_quota() is None:
+        if self.intra_op_threads or cpu_limit() is None:
             return self.intra_op_threads
         return usable_cpus()
 
     def spins_between_runs(self) -> bool:
         """As set; unset, spin unless under a CPU limit, which counts a spinning thread's wait as work."""
-        return self.spin_between_runs if self.spin_between_runs is not None else cpu_quota() is None
+        return self.spin_between_runs if self.spin_between_runs is not None else cpu_limit() is None
 
     def busy_threads(self) -> int | None:
         """Intra-op threads for a one-step model's run that serves several requests at once, or None when
@@ -105,10 +105,11 @@ def artifact_sessions(
     answers one request at a time, and no throttling under a CPU limit (docs/benchmarks.md).
 
     A one-step model's graph gets a second, "busy" session with fewer threads (`busy_threads`) for runs
-    that answer several requests at once: their siblings keep the event loop busy meanwhile (parsing,
+    under load (that answer several requests at once, or come right after such a run: `Company` in
+    service/engine/encoder_batch.py): their siblings keep the event loop busy meanwhile (parsing,
     validating, answering), and all intra-op threads beside it oversubscribe the cores. Measured over HTTP
     on 2 cores, 32 concurrent single texts: the intra-op threads used 2.6-3.4 ms of CPU per request with
-    2 threads, 1.4-1.6 with 1 (the same batches); a lone request still gets every thread. That pays for
+    2 threads, 1.4-1.6 with 1 (the same batches); a lone request among lone ones still gets every thread. That pays for
     small models only (`leaves_a_core`, from the artifact's `dims`; without them, every one-step model).
 
     `initializers`: weights the graph files leave out (contract/weights_package.py)."""
@@ -237,7 +238,7 @@ class GraphSession:
 
     def _session_for(self, outputs: Collection[str], busy: bool) -> ort.InferenceSession:
         """The unfused graph where a fused layer's attention probabilities are asked for (opened on first
-        use); else the busy session for several requests' runs where there is one; else the session."""
+        use); else the busy session for runs under load where there is one; else the session."""
         if self.fusion is not None and not self.fusion.dropped_outputs.isdisjoint(outputs):
             if self._full_session is None:
                 self._full_session = self._open(self.file, self._options, False, self._providers, self._initializers)
@@ -289,7 +290,7 @@ class GraphSession:
     ) -> dict[str, Tensor]:
         """Run the graph. Outputs named in `keep` stay where the session computed them (an OrtValue on
         the device under IOBinding) so they can be fed back next step; the rest come back as numpy.
-        `busy`: the run answers several requests at once (the busy session, where there is one)."""
+        `busy`: the run is under load (several requests at once; the busy session, where there is one)."""
         if self.detached:
             raise RuntimeError(f"{self.name}: this is a front-end process; models run in the engine process")
         if not self.io_binding:

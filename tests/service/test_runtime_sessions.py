@@ -2,8 +2,10 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from service.runtime.artifact import ArtifactError, load_artifact
@@ -75,6 +77,7 @@ def test_broken_config_names_the_problem(tiny_artifacts: Path, tmp_path: Path) -
 
 def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> None:
     """The translator's encoder must not spin-wait beside its decoder; a lone graph (the classifier) does."""
+
     def spins(session: GraphSession) -> bool:  # ORT's own options; an unset entry (ORT's default: spin) raises
         try:
             entry: str = session.session.get_session_options().get_session_config_entry(ALLOW_SPINNING)
@@ -90,20 +93,37 @@ def test_only_the_graph_run_most_spins_between_runs(tiny_artifacts: Path) -> Non
     assert spins(classifier)
 
 
-def test_without_spinning_between_runs_every_graph_parks_as_a_run_returns(tiny_artifacts: Path) -> None:
-    def entry(session: GraphSession, key: str) -> str | None:
-        try:
-            value: str = session.session.get_session_options().get_session_config_entry(key)
-        except RuntimeError:  # unset
-            return None
-        return value
+def config_entry(session: ort.InferenceSession, key: str) -> str | None:
+    try:
+        value: str = session.get_session_options().get_session_config_entry(key)
+    except RuntimeError:  # unset
+        return None
+    return value
 
+
+def test_without_spinning_between_runs_every_graph_parks_as_a_run_returns(tiny_artifacts: Path) -> None:
     options = RuntimeOptions(device="cpu", intra_op_threads=2, spin_between_runs=False)
     translator = artifact_sessions("translator", load_artifact(tiny_artifacts / "translator").graphs, options)
     classifier = artifact_sessions("classifier", load_artifact(tiny_artifacts / "classifier").graphs, options)
     for session in [*translator.values(), *classifier.values()]:
-        assert entry(session, FORCE_SPINNING_STOP) == "1"
-        assert entry(session, ALLOW_SPINNING) is None  # threads still spin within a run
+        assert config_entry(session.session, FORCE_SPINNING_STOP) == "1"
+        assert config_entry(session.session, ALLOW_SPINNING) is None  # threads still spin within a run
+
+
+@pytest.mark.parametrize("spin", [False, True])
+async def test_the_setting_reaches_every_session_the_engine_opens(serving: Any, spin: bool) -> None:
+    async with serving(spin_between_runs=spin, intra_op_threads=2) as s:
+        opened = [
+            inner
+            for info in s.engine.models.values()
+            for graph in info.sessions.values()
+            for inner in (graph.session, graph.busy_session)
+            if inner is not None
+        ]
+        assert any(
+            graph.busy_session is not None for info in s.engine.models.values() for graph in info.sessions.values()
+        )
+        assert {config_entry(inner, FORCE_SPINNING_STOP) for inner in opened} == ({None} if spin else {"1"})
 
 
 @pytest.mark.parametrize(
@@ -122,7 +142,8 @@ def test_only_a_one_step_model_gets_a_busy_session(tiny_artifacts: Path) -> None
     assert classifier["encoder"].busy_session is not None
     assert all(s.busy_session is None for s in translator.values())
     one_thread = artifact_sessions(
-        "classifier", load_artifact(tiny_artifacts / "classifier").graphs,
+        "classifier",
+        load_artifact(tiny_artifacts / "classifier").graphs,
         RuntimeOptions(device="cpu", intra_op_threads=1),
     )
     assert one_thread["encoder"].busy_session is None  # nothing to leave: no second session
@@ -141,8 +162,12 @@ def test_only_a_small_encoder_leaves_a_core(tiny_artifacts: Path) -> None:
 
 
 def test_busy_session_computes_the_same_logits(tiny_artifacts: Path) -> None:
-    session = GraphSession("classifier", load_artifact(tiny_artifacts / "classifier").graphs["encoder"],
-                           RuntimeOptions(device="cpu", intra_op_threads=2), busy_session=True)
+    session = GraphSession(
+        "classifier",
+        load_artifact(tiny_artifacts / "classifier").graphs["encoder"],
+        RuntimeOptions(device="cpu", intra_op_threads=2),
+        busy_session=True,
+    )
     ids = np.array([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]])
     feeds = {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": (ids > 0).astype(np.int64)}
     wide, busy = (session.run(feeds, ["logits"], busy=b)["logits"] for b in (False, True))
