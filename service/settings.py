@@ -18,7 +18,8 @@ DEFAULT_ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "artifacts"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SERVE_", extra="forbid", validate_default=True)
+    # An empty variable (`SERVE_IO_BINDING=` in an env file, a compose pass-through set to "") is unset: the default.
+    model_config = SettingsConfigDict(env_prefix="SERVE_", extra="forbid", validate_default=True, env_ignore_empty=True)
 
     host: str = "0.0.0.0"
     port: int = Field(default=8000, ge=1, le=65535)

@@ -24,6 +24,16 @@ def test_env_parsing(tiny_artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert "s3cr3t" not in repr(s)  # the key is not logged
 
 
+def test_an_empty_variable_is_unset(tiny_artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an env file's `SERVE_SPIN_BETWEEN_RUNS=` leaves it: the default, not a parse error."""
+    monkeypatch.setenv("SERVE_ARTIFACTS_DIR", str(tiny_artifacts))
+    for name in ("SPIN_BETWEEN_RUNS", "IO_BINDING", "MAX_BATCH_SIZE", "API_KEY", "MODELS"):
+        monkeypatch.setenv(f"SERVE_{name}", "")
+    s = Settings()
+    assert s.spin_between_runs is None and s.io_binding is None and s.api_key is None
+    assert s.max_batch_size == Settings.model_fields["max_batch_size"].default and s.models
+
+
 def test_default_artifacts_dir_is_the_repo_folder() -> None:
     assert DEFAULT_ARTIFACTS_DIR == REPO / "artifacts"
 
