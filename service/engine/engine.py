@@ -111,13 +111,15 @@ class Engine:
             fuse_attention=self.settings.fuse_attention,
             spin_between_runs=self.settings.spin_between_runs,
         )
-        if (quota := cpu_limit()) is not None:
+        threads, spinning, limit = options.threads(), options.spins_between_runs(), cpu_limit()
+        if limit is not None:
             log.info(
                 "CPU limit %.2f CPUs: %d intra-op threads, %s between runs",
-                quota,
-                options.threads(),
-                "spinning" if options.spins_between_runs() else "parked",
+                limit,
+                threads,
+                "spinning" if spinning else "parked",
             )
+        self.metrics.runtime.labels(str(threads), str(spinning).lower(), f"{limit or 0:g}").set(1)
         for name in self.settings.models:
             artifact = load_artifact(self.settings.artifacts_dir / name)
             if artifact.name != name:  # the folder name is the served name, in SERVE_MODELS and in requests

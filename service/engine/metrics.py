@@ -115,6 +115,12 @@ class Metrics:
         )
         self.prefill_time = histogram("serve_request_prefill_time_seconds", "Admission to the first generated token.")
         self.decode_time = histogram("serve_request_decode_time_seconds", "First to last generated token.")
+        self.runtime = gauge(
+            "serve_runtime_info",
+            "1, labelled with ONNX Runtime's threads as the server set them: intra-op threads per session (0: ONNX "
+            "Runtime's choice), whether they spin between runs, and the CPU limit read from the cgroup (0: none).",
+            ("intra_op_threads", "spin_between_runs", "cpu_limit"),
+        )
         # process_* (CPU, memory, file descriptors) and python_* for this registry, as the default one has;
         # shared between processes, these would describe only the one that answers, so they are left out.
         self.shared_folder = os.environ.get(SHARED_FOLDER)
