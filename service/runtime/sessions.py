@@ -109,8 +109,9 @@ def artifact_sessions(
     service/engine/encoder_batch.py): their siblings keep the event loop busy meanwhile (parsing,
     validating, answering), and all intra-op threads beside it oversubscribe the cores. Measured over HTTP
     on 2 cores, 32 concurrent single texts: the intra-op threads used 2.6-3.4 ms of CPU per request with
-    2 threads, 1.4-1.6 with 1 (the same batches); a lone request among lone ones still gets every thread. That pays for
-    small models only (`leaves_a_core`, from the artifact's `dims`; without them, every one-step model).
+    2 threads, 1.4-1.6 with 1 (the same batches); a lone request among lone ones still gets every thread.
+    That pays for small models only (`leaves_a_core`, from the artifact's `dims`; without them, every
+    one-step model).
 
     `initializers`: weights the graph files leave out (contract/weights_package.py)."""
     spinning = "decoder" if "decoder" in graphs else next(iter(graphs))
