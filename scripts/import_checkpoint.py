@@ -30,7 +30,21 @@ from pathlib import Path
 import torch
 
 from model.importing.hf_artifact import import_to_artifact
+from model.importing.hf_chat_template import find_chat_template, template_tokens
 from model.importing.hf_import import CheckpointError
+from service.engine.chat_template import TemplateBoundsError, check_template_source
+
+
+def check_chat_template(checkpoint: Path) -> None:
+    """The checkpoint's chat template, if any, must compile and render sample conversations within the
+    server's bounds (service/engine/template_sandbox.py): else a CheckpointError, as the server would exit."""
+    template = find_chat_template(checkpoint)
+    if template is None:
+        return
+    try:
+        check_template_source(template, template_tokens(checkpoint))
+    except TemplateBoundsError as exc:
+        raise CheckpointError(f"{checkpoint}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [name.strip() for name in args.random_head.split(",")] if args.random_head else None
     command = "python -m scripts.import_checkpoint " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
+        check_chat_template(args.checkpoint)  # before the import's minutes of work
         card = import_to_artifact(args.checkpoint, args.out, args.out.name, labels, args.license,
                                   int8=not args.no_int8, command=command)
     except CheckpointError as exc:

@@ -7,6 +7,7 @@ to /v1/completions."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +34,6 @@ from service.api.tracing import new_request_id
 from service.engine.engine import Engine
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationService
-from service.engine.task_service import INLINE_TOKENIZE_CHARS, LARGE_TOKENIZE_CHARS
 
 router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
@@ -90,14 +90,11 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 
 async def render(generator: GenerationService, messages: list[dict[str, Any]]) -> str:
-    """The prompt text: rendered in place for a short conversation, on the tokenizer worker slots for a long
-    one, so that a large request does not hold the event loop (and every stream on it) while it renders."""
+    """The prompt text, rendered in the template's sandbox process (bounded in time and memory) from a worker
+    thread, so that the event loop (and every stream on it) never waits for a template."""
     template = generator.chat_template
     assert template is not None  # chat_generator refuses a model without one
-    chars = sum(len(str(m["content"])) for m in messages)
-    if chars <= INLINE_TOKENIZE_CHARS:
-        return template.render(messages)
-    return await generator.tokenizer_work.run(lambda: template.render(messages), large=chars > LARGE_TOKENIZE_CHARS)
+    return await asyncio.to_thread(template.render, messages)
 
 
 def _token(token_id: int, logprob: float, generator: GenerationService) -> ChatTopLogprob:

@@ -96,7 +96,16 @@ class GenerationService(TaskService[GenerationSequence]):
         # Scoring runs on the scheduler's worker thread, between steps: one thread per session.
         self.scorer: Scorer = PromptScorer(self.name, session, settings, scheduler.executor, shape, self.model.pad)
         # Compiled once; None for a model without one (our own generator): chat requests are refused.
-        self.chat_template = ChatTemplate(artifact.chat_template) if artifact.chat_template is not None else None
+        self.chat_template = (
+            ChatTemplate(
+                artifact.chat_template,
+                settings.chat_template_timeout_s,
+                settings.chat_template_memory_mb << 20,
+                4 * settings.max_body_bytes,  # the messages themselves are within the body
+            )
+            if artifact.chat_template is not None
+            else None
+        )
 
     @property
     def max_prompt_tokens(self) -> int:
