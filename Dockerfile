@@ -70,7 +70,7 @@ WORKDIR /app
 COPY deploy/healthcheck.py /app/healthcheck.py
 COPY --from=int8 /src/artifacts /app/artifacts
 
-# Settings come from SERVE_* environment variables (see README); these are the image's own defaults.
+# Settings: SERVE_* environment variables (docs/operations.md "Settings"); these are the image's own defaults.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -15,7 +15,10 @@ from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 # Fixed by the image (Dockerfile ENV); docker-compose.yml does not pass them through.
-IMAGE_FIXED = {"host", "port", "artifacts_dir"}
+IMAGE_FIXED = {"host", "artifacts_dir"}
+# What a model of each task is called in the deployment files' summaries.
+TASK_NOUNS = {"translation": "translator", "generation": "generator", "classification": "classifier",
+              "embedding": "embedder"}  # fmt: skip
 
 
 def env_name(field: str) -> str:
@@ -68,6 +71,38 @@ def test_compose_passes_every_setting_through() -> None:
     passed = set(anchor["environment"])
     expected = {env_name(f) for f in Settings.model_fields} - {env_name(f) for f in IMAGE_FIXED}
     assert passed == expected
+
+
+def test_the_servers_port_is_one_setting() -> None:
+    """SERVE_PORT reaches the servers, their published port, their healthcheck and nginx's upstreams."""
+    services = load_yaml("docker-compose.yml")["services"]
+    assert services["api"]["ports"] == ["${HOST_PORT:-8000}:${SERVE_PORT:-8000}"]
+    assert "os.environ.get('SERVE_PORT', '8000')" in (ROOT / "deploy" / "healthcheck.py").read_text()
+    lb = services["lb"]
+    assert "SERVE_PORT" in lb["environment"] and "$${SERVE_PORT:-8000}" in lb["command"][-1]
+    assert "nginx -c /tmp/nginx.conf" in lb["command"][-1]  # the root filesystem is read-only; /tmp is not
+    upstreams = re.findall(r"^\s*server (\S+) [^{]*;$", (ROOT / "deploy" / "nginx.conf").read_text(), re.MULTILINE)
+    assert upstreams and all(u.endswith(":8000") for u in upstreams), upstreams  # what the command rewrites
+
+
+def test_compose_header_names_every_task_served() -> None:
+    """docker-compose.yml's first line says what the image serves: a model of each task in artifacts/."""
+    header = (ROOT / "docker-compose.yml").read_text().splitlines()[0]
+    tasks = {yaml.safe_load(p.read_text())["task"] for p in (ROOT / "artifacts").glob("*/config.json")}
+    assert tasks and all(TASK_NOUNS[t] in header for t in tasks), (header, tasks)
+
+
+def test_deployment_files_cite_sections_that_exist() -> None:
+    """`docs/x.md ("Heading")` in .env.example, the Dockerfile and the compose files names a real heading."""
+    cited = []
+    for name in (".env.example", "Dockerfile", "docker-compose.yml", "docker-compose.gpu.yml"):
+        text = (ROOT / name).read_text()
+        assert not re.search(r"\bREADME\b(?!\.md)|README\.md \(?\"", text), f"{name} cites a README section"
+        for page, heading in re.findall(r"([\w/.-]+\.md) \(?\"([^\"]+)\"", text):
+            headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), re.MULTILINE)
+            assert heading in headings, f"{name}: {page} has no heading {heading!r}"
+            cited.append(page)
+    assert "docs/operations.md" in cited
 
 
 def test_compose_server_is_hardened_and_drains() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,14 @@ import httpx
 import numpy as np
 import pytest
 
+from service.api.schemas import MAX_EMBEDDING_INPUTS
+from service.api.tei import MAX_CLIENT_BATCH_SIZE
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 
 ENCODERS = ["embedder", "reranker", "classifier"]
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "stocks fell sharply today", "the cat slept"]
+EMBEDDINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "embeddings.md"
 LONG = " ".join(f"word{i % 7} cat dog" for i in range(60))  # well past the tiny embedder's 64 tokens
 
 
@@ -225,6 +229,26 @@ async def test_rerank_errors(encoders: Served) -> None:
     tei_error(await encoders.client.post("/rerank", json={"query": "q", "texts": ["a", LONG]}), "texts[1]")
     cut = await encoders.client.post("/rerank", json={"query": "q", "texts": ["a", LONG], "truncate": True})
     assert cut.status_code == 200 and len(cut.json()) == 2
+
+
+async def test_the_documented_item_limits_are_the_servers(encoders: Served) -> None:
+    """docs/embeddings.md states the inputs one request may hold as SERVE_MAX_QUEUE_SIZE's default and the
+    schemas' ceiling; the server takes that many and refuses one more, on each route."""
+    doc = EMBEDDINGS_DOC.read_text()
+    queue = Settings.model_fields["max_queue_size"].default
+    assert encoders.engine.settings.max_queue_size == queue and queue < MAX_EMBEDDING_INPUTS == MAX_CLIENT_BATCH_SIZE
+    ceilings = re.findall(r"(?:up to|more than|at most) (\d[\d,]*)", doc)
+    assert ceilings and {int(n.replace(",", "")) for n in ceilings} == {MAX_EMBEDDING_INPUTS}, ceilings
+    defaults = re.findall(r"`SERVE_MAX_QUEUE_SIZE`[^|(]*\([^|)]*?(\d[\d,]*) by default", doc)
+    assert len(defaults) == 4 and {int(n.replace(",", "")) for n in defaults} == {queue}, defaults
+    for path, field, body in (("/v1/embeddings", "input", {}), ("/embed", "inputs", {}),
+                              ("/rerank", "texts", {"query": "q"})):  # fmt: skip
+        r = await encoders.client.post(path, json={**body, field: ["a cat"] * queue})
+        assert r.status_code == 200 and len(r.json()["data"] if path == "/v1/embeddings" else r.json()) == queue
+        over = await encoders.client.post(path, json={**body, field: ["a cat"] * (queue + 1)})
+        assert over.status_code == 422 and f"at most {queue} items" in over.text, (path, over.text)
+        ceiling = await encoders.client.post(path, json={**body, field: ["a"] * (MAX_EMBEDDING_INPUTS + 1)})
+        assert ceiling.status_code == 422, (path, ceiling.text)
 
 
 async def test_rerank_without_a_reranker_names_the_classifiers(

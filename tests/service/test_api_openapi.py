@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
@@ -191,6 +192,15 @@ async def test_every_example_succeeds_as_shown(served) -> None:
             tried.append(f"{method.upper()} {path}")
     assert "POST /models/classifier" in tried and "POST /v1/completions" in tried
     assert len(tried) >= 20, tried
+
+
+def test_translate_fields_named_in_the_docs_are_the_servers(served) -> None:
+    """docs/serve-your-own-model.md names the translation features by their request field, "n-best
+    (`n_best`)": each is a field of POST /v1/translate (it once said `num_return_sequences`)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "serve-your-own-model.md").read_text()
+    named = re.findall(r"\(`([a-z][a-z0-9_]*)`\)", doc)
+    fields = served.app.openapi()["components"]["schemas"]["TranslateRequest"]["properties"]
+    assert "n_best" in named and set(named) <= set(fields), sorted(set(named) - set(fields))
 
 
 def test_dispatch_routes_state_their_bodies(served) -> None:
