@@ -29,5 +29,6 @@ def use_summary(card: Mapping[str, Any]) -> str | None:
 
 
 def no_use_summary(task: str) -> str:
-    """The summary of a model whose card states no intended use."""
-    return f"a {task} model; its card states no intended use or training domains"
+    """The summary of a model whose card states no intended use ("an embedding model; ...")."""
+    article = "an" if task[:1].lower() in "aeiou" else "a"
+    return f"{article} {task} model; its card states no intended use or training domains"

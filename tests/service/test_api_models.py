@@ -59,6 +59,14 @@ async def test_summary_says_what_each_model_is_for(serving, tiny_artifacts, tmp_
             assert "summary" in schema["required"] and "intended_use" in schema["properties"]["summary"]["description"]
 
 
+def test_summary_without_a_stated_use_takes_the_right_article() -> None:
+    from contract.cards import no_use_summary
+
+    assert no_use_summary("embedding").startswith("an embedding model; ")
+    assert no_use_summary("classification").startswith("a classification model; ")
+    assert no_use_summary("generation").startswith("a generation model; ")
+
+
 REAL = Path(__file__).resolve().parents[2] / "artifacts"
 REAL_MODELS = ("translator", "generator", "classifier", "classifier-minilm")
 
