@@ -33,7 +33,7 @@ from service.api.errors import install_error_handlers
 from service.api.metrics import router as metrics_router
 from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
 from service.api.openai_errors import OpenAIErrorMiddleware
-from service.api.openapi import ServingApp
+from service.api.openapi import ServingApp, description
 from service.api.playground import install_playground
 from service.api.routes import add_routes
 from service.api.schemas import ErrorResponse
@@ -45,21 +45,6 @@ from service.engine.metrics import Metrics
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
-
-DESCRIPTION = """One server for three transformers: an encoder-decoder translator (greedy, beam search with
-n-best), a decoder-only generator (continuous batching, streaming, OpenAI-compatible completions) and an
-encoder classifier (dynamic batching, sentence pairs); sentence embedders and rerankers (cross-encoders) run on
-the same engine. Every generation, translation and classification endpoint can return attention maps.
-
-Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
-404 model not served here, 408 body not received in time, 413 body too large, 422 invalid input, 429 queue
-full (with `Retry-After`), 503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`,
-`/v1/embeddings`, `/v1/models`) answer OpenAI's `{"error": {"message", "type", "param", "code"}}` instead, and
-TEI's (`/embed`, `/rerank`) TEI's `{"error", "error_type"}`.
-
-Clients: OpenAI SDKs (`/v1`), Hugging Face TGI, TEI and Inference API clients (`/generate`,
-`/generate_stream`, `/embed`, `/rerank`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes
-(`/tokenize`, `/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
 
 # 404: the route's model is not in SERVE_MODELS (or an unknown model name): a fact of this server's
 # configuration, not a passing state, so not 503 (which load balancers and clients retry); 500: a failed run.
@@ -116,7 +101,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app = ServingApp(
         title="transformer-serving",
         version="0.1.0",
-        description=DESCRIPTION,
+        description=description(engine),
         lifespan=lifespan,
         docs_url=None,  # served offline by install_docs
         redoc_url=None,

@@ -14,6 +14,11 @@ from service.engine.engine import Engine, ModelInfo
 router = APIRouter(tags=["models"])
 
 
+def summary(info: ModelInfo) -> str:
+    """What the model's card says it is for, on one line (or that it says nothing)."""
+    return use_summary(info.artifact.card) or no_use_summary(info.artifact.task)
+
+
 def _card(info: ModelInfo, details: bool, default: bool) -> ModelCard:
     """`details`: SERVE_MODEL_DETAILS; false leaves out the model card (training command, library versions)."""
     a = info.artifact
@@ -22,7 +27,7 @@ def _card(info: ModelInfo, details: bool, default: bool) -> ModelCard:
         id=info.name,
         created=int(info.loaded_at),
         task=a.task,
-        summary=use_summary(a.card) or no_use_summary(a.task),
+        summary=summary(info),
         default=default,
         architecture=a.architecture,
         dims=a.dims,

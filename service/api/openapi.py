@@ -9,8 +9,9 @@ and every example succeeds as shown (tests/clients/test_playground.py runs each 
   the task of POST /'s default model, one POST /models/<name> operation per served model (a body valid
   for one task is refused by another, which one templated operation cannot state) and one
   POST /models/<name>/pipeline/<task> per model and task it serves; the routes of a task no loaded model
-  serves (the embedding routes without an embedder, /rerank without a one-label classifier, chat completions
-  without a generator that has a chat template) are left out."""
+  serves (TASK_ROUTES; /rerank without a one-label classifier, chat completions without a generator that
+  has a chat template) are left out, so that /docs shows no example that answers 404.
+- The description (ReDoc's and /docs' first paragraph): the tasks and the models served, from their cards."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
+from contract.kinds import TASKS
 from service.api.chat import PATH as CHAT_PATH
 from service.api.chat import chat_models
 from service.api.hf import DISPATCH_BODIES
 from service.api.hf_embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
 from service.api.hf_tasks import served_tasks
+from service.api.models import summary
 from service.api.openapi_limits import add_runtime_limits
 from service.api.tei import reranker_or_none
 from service.engine.engine import Engine
@@ -45,6 +48,34 @@ MODEL_FIELDS: dict[str, str | None] = {
 PIPELINE_PATH = "/models/{name}/pipeline/{task}"
 # The Inference API tasks whose body differs from DISPATCH_BODIES' one for the model's task.
 TASK_BODIES = {"feature-extraction": FeatureExtractionRequest, "sentence-similarity": SentenceSimilarityRequest}
+# The routes only a model of one task answers: without one they would answer every request 404.
+TASK_ROUTES: dict[str, tuple[str, ...]] = {
+    "translation": ("/v1/translate",),
+    "generation": ("/v1/generate", "/v1/completions", "/generate", "/generate_stream"),
+    "classification": ("/v1/classify",),
+    "embedding": ("/v1/embeddings", "/embed"),
+}
+# What the server does with a model of each task (contract/kinds.TASKS), for the description.
+TASK_LINES: dict[str, str] = {
+    "translation": "translation (encoder-decoder: greedy, beam search with n-best, sampling, streaming): "
+    "`/v1/translate`",
+    "generation": "text generation (decoder-only: continuous batching, streaming): `/v1/generate`, OpenAI's "
+    "`/v1/completions` and, for a model with a chat template, `/v1/chat/completions`; TGI's `/generate`",
+    "classification": "classification (encoder: dynamic batching, sentence pairs): `/v1/classify`; a one-label "
+    "cross-encoder also reranks (`/rerank`)",
+    "embedding": "sentence embeddings (encoder, pooled): OpenAI's `/v1/embeddings`, TEI's `/embed`",
+}
+DESCRIPTION_END = """Generation, translation and classification can return attention maps.
+
+Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
+404 model not served here, 408 body not received in time, 413 body too large, 422 invalid input, 429 queue
+full (with `Retry-After`), 503 draining, 504 timeout. The OpenAI-compatible routes (`/v1/completions`,
+`/v1/chat/completions`, `/v1/embeddings`, `/v1/models`) answer OpenAI's `{"error": {"message", "type", "param",
+"code"}}` instead, and TEI's (`/embed`, `/rerank`) TEI's `{"error", "error_type"}`.
+
+Clients: OpenAI SDKs (`/v1`), Hugging Face TGI, TEI and Inference API clients (`/generate`,
+`/generate_stream`, `/embed`, `/rerank`, `/info`, `POST /`, `POST /models/{name}`), vLLM-style tokenizer routes
+(`/tokenize`, `/detokenize`, `/tokenizer_info`); a playground page at `/playground`."""
 # Path parameters that name a served model.
 MODEL_PARAMS = {
     ("/models/{name}/info", "name"),
@@ -159,11 +190,20 @@ def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
     }  # fmt: skip
 
 
+def description(engine: Engine | None) -> str:
+    """The document's description: one transformer server for the tasks of contract/kinds.py, and, once the
+    models are loaded, each served model with what its card says it is for."""
+    tasks = "\n".join(f"- {TASK_LINES[task]}" for task in TASKS)
+    text = f"One server, on ONNX Runtime, for transformers of each of these tasks:\n\n{tasks}\n\n"
+    if engine is not None and engine.models:
+        served = "\n".join(f"- `{n}` ({i.artifact.task}): {summary(i)}" for n, i in engine.models.items())
+        text += f"Served here (`GET /v1/models`):\n\n{served}\n\n"
+    return text + DESCRIPTION_END
+
+
 def _drop_unserved(schema: dict[str, Any], engine: Engine) -> None:
     """The routes of a task no loaded model serves: every request to them would be a 404."""
-    unserved = []
-    if engine.embedder is None:
-        unserved += ["/v1/embeddings", "/embed"]
+    unserved = [path for task, paths in TASK_ROUTES.items() if not engine.model_names(task) for path in paths]
     if reranker_or_none(engine) is None:
         unserved.append("/rerank")
     if not chat_models(engine):  # every chat request would be a 400: no loaded model has a chat template
@@ -204,6 +244,7 @@ class ServingApp(FastAPI):
         if self.openapi_schema is not None:
             return self.openapi_schema
         schema = super().openapi()  # cached in self.openapi_schema: the additions below stay in it
+        schema["info"]["description"] = description(getattr(self.state, "engine", None))
         add_dispatch_bodies(schema)
         add_model_limits(schema, self)
         return schema

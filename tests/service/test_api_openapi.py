@@ -14,6 +14,9 @@ import jsonschema_rs
 import pytest
 from jsonschema_rs import canonical
 
+from contract.cards import no_use_summary, use_summary
+from contract.kinds import TASKS
+from service.api.openapi import TASK_LINES, TASK_ROUTES
 from service.api.openapi_limits import decimal_at_most
 from service.api.schemas import MAX_SEED, NOT_BLANK
 from service.engine.sampling import new_seed
@@ -174,10 +177,9 @@ def _example(document: dict[str, Any], operation: dict[str, Any]) -> Any:
     return document["components"]["schemas"][name]["examples"][0]
 
 
-async def test_every_example_succeeds_as_shown(served) -> None:
-    """Each operation's example (body, and path parameters) is answered with a 2xx: /docs pre-fills these,
-    and showed `"model": "string"` (a 404), `logit_bias: {"additionalProp1": 0}` (a 422) and a seed maximum
-    it could not send."""
+async def every_example(served: Any) -> list[str]:
+    """Send each operation's example (body, and path parameters) as /docs pre-fills it; each must answer
+    2xx. The operations tried."""
     document = served.app.openapi()
     tried = []
     for path, item in document["paths"].items():
@@ -190,8 +192,37 @@ async def test_every_example_succeeds_as_shown(served) -> None:
             response = await served.client.request(method.upper(), url, json=body)
             assert response.status_code < 400, (method, url, body, response.status_code, response.text[:300])
             tried.append(f"{method.upper()} {path}")
+    return tried
+
+
+async def test_every_example_succeeds_as_shown(served) -> None:
+    """/docs showed `"model": "string"` (a 404), `logit_bias: {"additionalProp1": 0}` (a 422) and a seed
+    maximum it could not send."""
+    tried = await every_example(served)
     assert "POST /models/classifier" in tried and "POST /v1/completions" in tried
     assert len(tried) >= 20, tried
+
+
+@pytest.mark.parametrize("model", ["translator", "generator", "classifier"])
+async def test_a_server_of_one_task_documents_only_its_routes(serving, model: str) -> None:
+    """With SERVE_MODELS limited to one model, /docs showed the other tasks' routes, whose examples answer 404."""
+    async with serving(models=model) as s:
+        tried = await every_example(s)
+    task = s.engine.services[model].artifact.task
+    for other, paths in TASK_ROUTES.items():
+        assert all((f"POST {p}" in tried) == (other == task) for p in paths), (model, other, tried)
+    assert set(TASK_ROUTES) == set(TASK_LINES) == set(TASKS)
+
+
+def test_the_description_states_the_tasks_and_the_models_served(served) -> None:
+    """ReDoc's and /docs' first paragraph: every task of contract/kinds.py, and each served model with its
+    task and what its card says it is for (it said "One server for three transformers")."""
+    text = served.app.openapi()["info"]["description"]
+    assert all(TASK_LINES[task] in text for task in TASKS)
+    for name, info in served.engine.models.items():
+        summary = use_summary(info.artifact.card) or no_use_summary(info.artifact.task)
+        assert f"- `{name}` ({info.artifact.task}): {summary}" in text, name
+    assert "three" not in text.lower()
 
 
 def test_translate_fields_named_in_the_docs_are_the_servers(served) -> None:
