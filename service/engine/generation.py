@@ -22,7 +22,7 @@ from service.engine.attention import stack_rows, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.kv import KVCache, kv_names
-from service.engine.metrics import Metrics
+from service.engine.metrics import Metrics, finished_reason
 from service.engine.sampling import SamplingParams
 from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, StopRows, release
@@ -182,7 +182,7 @@ class GenerationModel:
 
     def _record_finish(self, row: _Row, reason: str) -> None:
         self.prompt_tokens.inc(len(row.seq.prompt_ids))
-        self.finished.labels(self.name, reason).inc()
+        self.finished.labels(self.name, finished_reason(reason)).inc()
         if row.first_token_at is not None:
             if row.seq.admitted is not None:
                 self.prefill_time.observe(row.first_token_at - row.seq.admitted)

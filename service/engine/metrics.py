@@ -23,8 +23,16 @@ from prometheus_client import (
     values,
 )
 
+# serve_request_success's finished_reason, in vLLM's words (vllm:request_success_total): the engine's "eos"
+# (the model's end token) and "stop" (a stop string or stop token) are both vLLM's "stop".
+FINISHED_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}
 SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's: where every process writes its values
 SHARED_PREFIX = "serve-metrics-"  # then the pid of the process that made the folder, and a unique part
+
+
+def finished_reason(reason: str) -> str:
+    """The engine's finish reason as serve_request_success labels it (one it has no word for: as it is)."""
+    return FINISHED_REASONS.get(reason, reason)
 
 
 def share_metrics_between_processes() -> None:
@@ -110,7 +118,7 @@ class Metrics:
         )
         self.request_success = counter(
             "serve_request_success",
-            "Finished generations by finish reason (eos, stop, length).",
+            "Finished generations by finish reason, in vLLM's words: stop (the end token or a stop string), length.",
             ("model", "finished_reason"),
         )
         self.prefill_time = histogram("serve_request_prefill_time_seconds", "Admission to the first generated token.")

@@ -4,7 +4,11 @@ API docs, vLLM-style metrics with a model label, process metrics, JSON logs."""
 import json
 import logging
 import re
+from pathlib import Path
 
+from service.api.openai_common import FINISH as OPENAI_FINISH
+from service.api.tgi_schemas import FINISH as TGI_FINISH
+from service.engine.metrics import finished_reason
 from service.logs import JsonFormatter, RequestIdFilter
 from service.request_context import REQUEST_ID
 
@@ -110,6 +114,30 @@ async def test_vllm_style_metrics(served) -> None:
         "python_gc_objects_collected_total",
     ]:
         assert needle in text, needle
+
+
+def finish_reasons_table() -> list[list[str]]:
+    """docs/api.md's finish reasons, one row per cause: [cause, native, OpenAI, TGI, /metrics]."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    table = doc.split("Each protocol says why a generation ended in its own words:", 1)[1].split("\n\n")[1]
+    rows = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return rows
+
+
+async def test_each_protocol_names_finish_reasons_in_its_own_words(served) -> None:
+    """The table of docs/api.md is what each protocol maps the engine's reasons to; /metrics counts in vLLM's
+    words (it counted "eos" and "stop" apart under vLLM's label name)."""
+    rows = finish_reasons_table()
+    assert sorted(row[1] for row in rows) == ["eos", "length", "stop"]
+    for _, native, openai, tgi, metric in rows:
+        assert (OPENAI_FINISH[native], TGI_FINISH[native], finished_reason(native)) == (openai, tgi, metric)
+    eos = served.engine.generator.artifact.special_tokens["eos"]
+    ended = {"model": "generator", "prompt": "hi", "max_tokens": 3, "logit_bias": {str(eos): 100}}
+    r = await served.client.post("/v1/completions", json=ended)
+    assert r.json()["choices"][0]["finish_reason"] == "stop", r.text
+    text = (await served.client.get("/metrics")).text
+    assert 'serve_request_success_total{finished_reason="stop",model="generator"} 1.0' in text
+    assert 'finished_reason="eos"' not in text
 
 
 def test_json_log_lines_carry_the_request_id() -> None:
