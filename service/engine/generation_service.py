@@ -133,7 +133,7 @@ class GenerationService(TaskService[GenerationSequence]):
             if encoded is None:
                 [encoded] = self.encode_now([prompt], None if truncate is not None else limit)
             if isinstance(encoded, int):
-                raise InvalidInput(f"the prompt has {encoded} tokens; the limit is {limit}", field)
+                raise InvalidInput(self._too_long(encoded, limit), field)
             ids = encoded.ids
         else:
             ids = list(prompt)
@@ -147,8 +147,24 @@ class GenerationService(TaskService[GenerationSequence]):
         if not ids:
             raise InvalidInput("the prompt is empty", field)
         if len(ids) > limit:
-            raise InvalidInput(f"the prompt has {len(ids)} tokens; the limit is {limit}", field)
+            raise InvalidInput(self._too_long(len(ids), limit), field)
         return ids
+
+    def _too_long(self, tokens: int, limit: int) -> str:
+        """A prompt past `limit`: what sets the limit, and the context length to give a client that cuts
+        prompts to one itself (lm-eval's max_length, 2048 unless told, sends longer ones to a small model)."""
+        positions, cap = self.artifact.max_positions, self.settings.max_input_tokens
+        if cap <= limit:
+            why = "SERVE_MAX_INPUT_TOKENS"
+        elif limit == positions:
+            why = f"the model's context of {positions} positions"
+        else:
+            why = f"the model's context of {positions} positions, less {positions - limit} for new tokens"
+        context = min(cap + 1, positions)  # a prompt of context - 1 tokens, and one new token
+        return (
+            f"the prompt has {tokens} tokens; the limit is {limit} ({why}); a client that cuts prompts to a context "
+            f"length needs {context} (lm-evaluation-harness: --model_args max_length={context})"
+        )
 
     def new_tokens(self, prompt_ids: list[int], requested: int | None, fill_context: bool = False) -> int:
         """The request's max_new_tokens. More than the model's context has room for is clamped to that room

@@ -111,3 +111,23 @@ async def test_openai_errors(served) -> None:
         r = await served.client.post("/v1/completions", json={**BASE, **bad})
         assert r.status_code == 422, bad
         assert r.json()["error"]["param"] == field
+
+
+async def test_a_prompt_past_the_context_says_what_to_set(serving) -> None:
+    """lm-eval's scoring request (token ids, echo, max_tokens 1) with its default max_length of 2048 sends
+    prompts longer than a small model's context: the 422 names the limit, what sets it, and the max_length
+    that fits (lm-eval prints the message and nothing else)."""
+    async with serving() as s:
+        positions = s.engine.generator.artifact.max_positions
+        scoring = {"model": "generator", "temperature": 0, "max_tokens": 1, "logprobs": 1, "echo": True}
+        r = await s.client.post("/v1/completions", json={**scoring, "prompt": [[5] * positions]})
+        error = r.json()["error"]
+        assert r.status_code == 422 and error["param"] == "prompt", r.text
+        assert f"the prompt has {positions} tokens; the limit is {positions - 1}" in error["message"]
+        assert f"context of {positions} positions" in error["message"]
+        assert f"--model_args max_length={positions}" in error["message"]
+        fits = await s.client.post("/v1/completions", json={**scoring, "prompt": [[5] * (positions - 1)]})
+        assert fits.status_code == 200, fits.text  # what lm-eval sends with that max_length
+    async with serving(max_input_tokens=8) as s:
+        r = await s.client.post("/v1/completions", json={**scoring, "prompt": [[5] * 9]})
+        assert "the limit is 8 (SERVE_MAX_INPUT_TOKENS)" in r.text and "max_length=9" in r.text, r.text
