@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from scripts import readme_models
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,6 +170,17 @@ def test_readme_and_docs_links_resolve() -> None:
             if not (page.parent / path).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def test_readme_says_what_each_model_is_for_as_its_card_does() -> None:
+    """The README's block of model uses is the cards' (python -m scripts.readme_models writes it): each
+    committed model's use, training domains and out-of-scope uses."""
+    readme = (ROOT / "README.md").read_text()
+    expected = readme_models.render(ROOT / "artifacts")
+    assert readme_models.replaced(readme, expected) == readme, "stale: run python -m scripts.readme_models"
+    for card in (ROOT / "artifacts").glob("*/card.json"):
+        out_of_scope = yaml.safe_load(card.read_text())["out_of_scope"]
+        assert f"**{card.parent.name}**" in expected and out_of_scope[-1].split()[-1] in expected, card
 
 
 def test_readme_is_a_front_door() -> None:
