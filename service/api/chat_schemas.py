@@ -1,6 +1,6 @@
 """The bodies of OpenAI's chat completions (`POST /v1/chat/completions`), which TGI and huggingface_hub's
 `chat_completion` speak too. What this server cannot do is refused by name: content parts other than text,
-`response_format` other than text, tool calling."""
+tool calling."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from service.api.errors import FieldError
 from service.api.openai_schemas import CHOICES_RULE, OpenAIResponse, OpenAISampling
-from service.api.schemas import Request, Response, Usage
+from service.api.schemas import Request, Response, Usage, bounded
 
 ROLES = ("system", "user", "assistant", "developer")
 # `model` values that name no model: TGI's own placeholder, and huggingface_hub's when its model is a URL.
 PLACEHOLDER_MODELS = ("tgi", "dummy")
+MAX_TOOLS = 128  # OpenAI's limit
 
 
 class ContentPart(Request):
@@ -49,7 +50,7 @@ class ChatMessage(Request):
     role: Literal["system", "user", "assistant", "developer"] = Field(
         description="developer is rendered as system (OpenAI's name for it on newer models)"
     )
-    content: str | Annotated[list[ContentPart], Field(min_length=1)] = Field(
+    content: str | Annotated[list[ContentPart], bounded()] = Field(
         description="text, or a list of text parts (joined with no separator)"
     )
     name: str | None = None
@@ -89,19 +90,16 @@ class ChatCompletionRequest(OpenAISampling):
     model: str | None = Field(
         None, description="a loaded generator with a chat template; absent, 'tgi' or 'dummy': the first such model"
     )
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[ChatMessage], bounded()]
     max_tokens: int | None = Field(
         None, ge=1, description="max_completion_tokens' older name; default: the server's (within SERVE_MAX_NEW_TOKENS)"
     )
     max_completion_tokens: int | None = Field(None, ge=1, description="beyond the context: clamped (finish 'length')")
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20, description="with logprobs: the most likely alternatives")
-    response_format: dict[str, Any] | None = Field(
-        None,
-        description='`{"type": "text"}` only: no JSON-constrained decoding',
-        json_schema_extra={"properties": {"type": {"const": "text"}}, "required": ["type"]},
+    tools: Annotated[list[dict[str, Any]], bounded(MAX_TOOLS, None)] | None = Field(
+        None, description="only with tool_choice 'none' (no tool calls)"
     )
-    tools: list[dict[str, Any]] | None = Field(None, description="only with tool_choice 'none' (no tool calls)")
     tool_choice: Literal["none"] | None = Field(None, description="'none' only: tool calling is not supported")
 
     @field_validator("tool_choice", mode="before")
@@ -113,10 +111,6 @@ class ChatCompletionRequest(OpenAISampling):
 
     @model_validator(mode="after")
     def _supported(self) -> ChatCompletionRequest:
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            kind = self.response_format.get("type")
-            message = f"only 'text' is supported, not {kind!r} (no JSON-constrained decoding)"
-            raise FieldError("response_format.type", message)
         if self.tools and self.tool_choice != "none":
             raise FieldError("tools", "tool calling is not supported: send no tools, or tool_choice 'none'")
         if self.top_logprobs and not self.logprobs:
@@ -158,7 +152,7 @@ class ChatChoice(Response):
     index: int
     message: ChatCompletionMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "error"]
 
 
 class ChatCompletionResponse(OpenAIResponse):

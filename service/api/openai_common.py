@@ -16,7 +16,7 @@ from service.engine.errors import EngineError
 from service.engine.generation import GenerationResult, TokenEvent
 from service.engine.generation_service import GenerationJob
 
-FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "error": "error"}
 
 
 def openai_job(
@@ -51,6 +51,7 @@ def openai_job(
         model=model,
         add_special_tokens=not chat,  # a rendered chat: its template wrote the special tokens
         fill_context_by_default=chat,
+        constraint=body.constraint(),
     )
 
 

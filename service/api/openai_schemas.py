@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticKnownError
 
 from service.api.errors import FieldError
 from service.api.schemas import (
@@ -16,9 +17,12 @@ from service.api.schemas import (
     NonEmptyText,
     Request,
     Response,
+    TokenIds,
     Usage,
+    bounded,
     requires,
 )
+from service.api.structured import StructuredFields
 
 # --- OpenAI completions --------------------------------------------------------------------------
 
@@ -37,7 +41,7 @@ CHOICES_RULE: dict[str, Any] = {
 }
 
 
-class OpenAISampling(Request):
+class OpenAISampling(StructuredFields):
     """The sampling options OpenAI's completions and chat completions share, plus `top_k`,
     `repetition_penalty` and `ignore_eos` (as vLLM)."""
 
@@ -46,7 +50,7 @@ class OpenAISampling(Request):
     n: int = Field(1, ge=1, le=16)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: NonEmptyText | Annotated[list[NonEmptyText], Field(max_length=4)] | None = None
+    stop: NonEmptyText | Annotated[list[NonEmptyText], bounded(4, None)] | None = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
@@ -60,6 +64,16 @@ class OpenAISampling(Request):
     top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = off; beyond the vocabulary: all")
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     ignore_eos: bool = False
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _few_entries(cls, value: Any) -> Any:
+        """Counted before the entries are checked: a dict's length is checked after them, each wrong one an
+        error of its own."""
+        if isinstance(value, dict) and len(value) > MAX_LOGIT_BIAS:
+            ctx = {"field_type": "Dictionary", "max_length": MAX_LOGIT_BIAS, "actual_length": len(value)}
+            raise PydanticKnownError("too_long", ctx)
+        return value
 
     @field_validator("logit_bias")
     @classmethod
@@ -88,12 +102,7 @@ class CompletionRequest(OpenAISampling):
     )
 
     model: str
-    prompt: (
-        NonEmptyText
-        | Annotated[list[NonEmptyText], Field(min_length=1)]
-        | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-        | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)]
-    )
+    prompt: NonEmptyText | Annotated[list[NonEmptyText], bounded()] | TokenIds | Annotated[list[TokenIds], bounded()]
     suffix: None = Field(None, description="not supported (must be null)")
     max_tokens: int | None = Field(
         16, ge=0, description="0 with echo: score the prompt only; beyond the context: clamped (finish 'length')"
@@ -122,7 +131,7 @@ class CompletionChoice(Response):
     text: str
     index: int
     logprobs: CompletionLogprobs | None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "error"] | None
 
 
 class OpenAIResponse(Response):

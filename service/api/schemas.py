@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from service.api.errors import FieldError
+from service.api.errors import MAX_ERRORS, FieldError
 from service.api.json_numbers import integral_floats_as_ints
 
 MAX_SEED = 2**53 - 1  # the largest integer a JavaScript number holds exactly (Number.MAX_SAFE_INTEGER)
@@ -22,21 +22,34 @@ NonEmptyText = Annotated[str, Field(min_length=1)]
 # strip() empties). Stated in the document only; the engine's check stays the one that answers.
 NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 Text = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})]
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-MAX_EMBEDDING_INPUTS = 2048  # inputs in one embedding request (OpenAI's limit; TEI's max_client_batch_size)
+# Items in one request's list of texts, prompts or messages, whatever SERVE_MAX_QUEUE_SIZE says (the engine's
+# per-request limit, 256 by default): OpenAI's limit on embedding inputs.
+MAX_ITEMS = 2048
+MAX_EMBEDDING_INPUTS = MAX_ITEMS  # inputs in one embedding request (OpenAI's limit; TEI's max_client_batch_size)
+
+
+def bounded(max_length: int | None = MAX_ITEMS, min_length: int | None = 1) -> Any:
+    """The Field of a request's list: its length bounded (checked before its items) and its items checked up
+    to the first wrong one (`fail_fast`), so that a list of 100,000 wrong items is one error, not 100,000."""
+    return Field(min_length=min_length, max_length=max_length, fail_fast=True)
+
+
+# Token ids: as many as the body holds (the engine refuses more than the model's context, SERVE_MAX_TOKENIZE_TOKENS
+# on /detokenize); a wrong one stops the check.
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], bounded(None)]
 # OpenAI's `input` and TEI's `inputs`: a text, a list of texts, token ids, or a list of token-id lists.
 EmbeddingInputs = (
     Text
-    | Annotated[list[Text], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    | Annotated[list[Text], bounded(MAX_EMBEDDING_INPUTS)]
     | TokenIds
-    | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    | Annotated[list[TokenIds], bounded(MAX_EMBEDDING_INPUTS)]
 )
 ModelName = Annotated[
     str | None,
     Field(None, description="a loaded model of this task (GET /v1/models); default: the task's first in SERVE_MODELS"),
 ]
-Pair = Annotated[list[Text], Field(min_length=2, max_length=2, description="[text_a, text_b]")]
-StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=16)]
+Pair = Annotated[list[Text], Field(min_length=2, max_length=2, fail_fast=True, description="[text_a, text_b]")]
+StopStrings = Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], bounded(16, None)]
 
 
 def requires(condition: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +66,8 @@ class Request(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _integral_floats(cls, data: Any) -> Any:
+        if cls.model_config.get("extra") == "forbid":
+            refuse_many_unknown(cls, data)
         return integral_floats_as_ints(data)  # 1.0 is an integer in JSON Schema, and so here
 
 
@@ -65,7 +80,19 @@ class Lenient(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _integral_floats(cls, data: Any) -> Any:
+        if type(data) is dict and len(data) > len(cls.model_fields) + MAX_ERRORS:  # not walked: ignored anyway
+            data = {name: data[name] for name in cls.model_fields if name in data}
         return integral_floats_as_ints(data)
+
+
+def refuse_many_unknown(model: type[BaseModel], data: Any) -> None:
+    """More unknown fields than a 422 lists: refused at once, naming the first (each would be an error of
+    its own: a 1 MB body holds ~90,000)."""
+    if type(data) is dict and len(data) > len(model.model_fields) + MAX_ERRORS:
+        unknown = data.keys() - model.model_fields.keys()
+        if len(unknown) > MAX_ERRORS:
+            first = next(name for name in data if name in unknown)
+            raise FieldError(first, f"Extra inputs are not permitted ({len(unknown):,} unknown fields)")
 
 
 def validated(model: type[BaseModel], payload: Any, names: dict[str, str] | None = None) -> Any:
@@ -135,7 +162,7 @@ class TranslateRequest(Request):
         }
     )
 
-    text: Text | Annotated[list[Text], Field(min_length=1)] = Field(description="one source text, or a list of them")
+    text: Text | Annotated[list[Text], bounded()] = Field(description="one source text, or a list of them")
     model: ModelName
     num_beams: int = Field(4, ge=1, le=16, description="1 = greedy; beams are batch rows")
     n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
@@ -221,9 +248,7 @@ class GenerateRequest(Request):
         }
     )
 
-    prompt: NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
-        description="text, or token ids"
-    )
+    prompt: NonEmptyText | TokenIds = Field(description="text, or token ids")
     model: ModelName
     max_new_tokens: int | None = Field(None, ge=1, description="default 64, within the server cap and the context")
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy")
@@ -264,7 +289,7 @@ class GeneratedToken(Response):
 class GenerateResponse(Response):
     model: str
     text: str
-    finish_reason: Literal["eos", "stop", "length"]
+    finish_reason: Literal["eos", "stop", "length", "error"]
     usage: Usage
     seed: int
     tokens: list[GeneratedToken] | None = Field(None, description="present when logprobs=true")
@@ -283,7 +308,7 @@ class ClassifyRequest(Request):
         }
     )
 
-    text: Text | Annotated[list[Text | Pair], Field(min_length=1)] = Field(
+    text: Text | Annotated[list[Text | Pair], bounded()] = Field(
         description='one text, a list of texts, or sentence pairs: [["premise", "hypothesis"], ...]'
     )
     model: ModelName

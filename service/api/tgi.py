@@ -34,6 +34,7 @@ def _job(body: TgiRequest, model: str) -> GenerationJob:
         truncate=p.truncate,
         score_prompts=0 if p.details and p.decoder_input_details else None,
         model=model,
+        constraint=p.grammar.constraint("parameters.grammar") if p.grammar is not None else None,
     )
 
 

@@ -6,9 +6,10 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, field_validator
 
-from service.api.schemas import MAX_SEED, MAX_TOP_K, Lenient, NonEmptyText
+from service.api.schemas import MAX_SEED, MAX_TOP_K, Lenient, NonEmptyText, bounded
+from service.api.structured import TgiGrammar
 
-FINISH = {"eos": "eos_token", "stop": "stop_sequence", "length": "length"}
+FINISH = {"eos": "eos_token", "stop": "stop_sequence", "length": "length", "error": "error"}
 MAX_STOP = 4
 
 
@@ -21,7 +22,7 @@ class TgiParameters(Lenient):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     do_sample: bool = False
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    stop: Annotated[list[NonEmptyText], Field(max_length=MAX_STOP)] = Field(default_factory=list)
+    stop: Annotated[list[NonEmptyText], bounded(MAX_STOP, None)] = Field(default_factory=list)
     details: bool = False
     decoder_input_details: bool = False
     return_full_text: bool = False
@@ -32,7 +33,7 @@ class TgiParameters(Lenient):
     typical_p: float | None = Field(None, ge=1.0, le=1.0, description="typical decoding is not supported")
     # bool, not Literal[False]: a literal compares by equality and would take 0 for false.
     watermark: bool = Field(False, json_schema_extra={"const": False}, description="not supported: false only")
-    grammar: None = None
+    grammar: TgiGrammar | None = Field(None, description='`{"type": "json" | "regex", "value": ...}`')
     adapter_id: None = None
 
     @field_validator("watermark")

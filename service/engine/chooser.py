@@ -119,14 +119,22 @@ class ChooserRows(RowArrays):
         self.step[:] += _ONE
 
 
-def choose(rows: ChooserRows, logits: np.ndarray, banned: tuple[np.ndarray, np.ndarray] | None = None) -> Choice:
-    """Pick every row's next token from [B, V] raw logits, never a `banned` (rows, tokens) pair (the
-    caller then calls `rows.observe`). Few [B, V] temporaries: each costs page faults at this size."""
-    changed = rows.bias is not None or rows.counts is not None or rows.seen is not None or banned is not None
-    if not (changed or rows.temperature.any()):
+def choose(
+    rows: ChooserRows,
+    logits: np.ndarray,
+    banned: tuple[np.ndarray, np.ndarray] | None = None,
+    allowed: np.ndarray | None = None,
+) -> Choice:
+    """Pick every row's next token from [B, V] raw logits, never a `banned` (rows, tokens) pair and only
+    where `allowed` ([B, V] bool, a grammar's mask; every row must allow a token) is true (the caller then
+    calls `rows.observe`). Few [B, V] temporaries: each costs page faults at this size."""
+    changed = rows.bias is not None or rows.counts is not None or rows.seen is not None
+    if not (changed or banned is not None or allowed is not None or rows.temperature.any()):
         tokens = np.argmax(logits, axis=1)  # every row greedy: one argmax
         return _with_logprobs(rows, logits, tokens) if (rows.top >= 0).any() else Choice(tokens)
     x = _penalized(rows, logits, banned)
+    if allowed is not None:
+        x[~allowed] = -np.inf
     tokens = np.argmax(x, axis=1)
     sampled = np.flatnonzero(rows.temperature > 0)
     if len(sampled):

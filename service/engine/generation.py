@@ -21,6 +21,15 @@ from contract.names import ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import stack_rows, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.chooser import Choice, ChooserRows, choose
+from service.engine.constraints import (
+    CLOSING_WINDOW,
+    CompiledGrammar,
+    Grammars,
+    closing_scores,
+    closing_token,
+    fill_masks,
+    steps_to_close,
+)
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics, finished_reason
 from service.engine.sampling import SamplingParams
@@ -39,6 +48,7 @@ class GenerationParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
     return_attention: bool = False
+    constraint: CompiledGrammar | None = None  # what the output must match (service/engine/constraints.py)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,9 @@ class _Row:
         self.first_token_at: float | None = None
         self.finished = False
         self.seed = 0
+        constraint = seq.params.constraint
+        self.matcher = model.grammars.matcher(constraint) if constraint is not None else None
+        self.closing = False  # closing its grammar's structure as its budget ends
 
 
 class GenerationModel:
@@ -119,6 +132,13 @@ class GenerationModel:
         self.present = kv_names(PRESENT, self.n_layers)
         names = layer_names(ATTENTIONS, self.n_layers)
         self.attention_names = names if all(session.has_output(n) for n in names) else []
+        self.grammars = Grammars(tokenizer, self.vocab_size, list(artifact.end_tokens))
+        self._closing_scores: np.ndarray | None = None
+
+    def closing_scores(self) -> np.ndarray:
+        if self._closing_scores is None:  # on the first row that needs them: a pass over the vocabulary
+            self._closing_scores = closing_scores(self.tokenizer, self.vocab_size)
+        return self._closing_scores
 
     def run(
         self, input_ids: np.ndarray, cache: KVCache, new_mask: np.ndarray, attention: bool
@@ -276,14 +296,21 @@ class GenerationBatch(SequenceBatch[_Row]):
     def select(self, logits: np.ndarray) -> list[Emit]:
         """Choose every row's next token from [B, V] logits; emit it, and the result if the row is done."""
         m = self.model
-        choice = choose(self.chooser, logits, m.banned(self.rows))
+        allowed, stuck = self._grammar_masks()
+        choice = choose(self.chooser, logits, m.banned(self.rows), allowed)
         self.chooser.observe(choice.tokens)
         codes = self.stops.update(choice.tokens, m.end_tokens).tolist()
         self.next_ids[:, 0] = choice.tokens
         emits: list[Emit] = []
         now = time.perf_counter()
         for b, (row, token) in enumerate(zip(self.items, choice.tokens.tolist(), strict=True)):
+            if b in stuck or (row.matcher is not None and not row.matcher.consume_token(token)):
+                row.finished = True  # the grammar allows no token here: end rather than break it
+                emits.append(Emit(row.seq, m.result(row, "error"), final=True))
+                continue
             piece, reason = release(row.text, token, codes[b])
+            if reason == "eos" and row.closing:
+                reason = "length"  # the budget, not the model, ended it
             row.pieces.append(piece)
             if codes[b] == END:
                 row.tail = piece
@@ -298,6 +325,31 @@ class GenerationBatch(SequenceBatch[_Row]):
                 emits.append(Emit(row.seq, m.result(row, reason), final=True))
         m.tokens.inc(sum(code != END for code in codes))
         return emits
+
+    def _grammar_masks(self) -> tuple[np.ndarray | None, set[int]]:
+        """The tokens each row's grammar allows ([B, V], None when no row has one), and the rows whose grammar
+        allows none (they are given every token, to keep the draw defined, and end)."""
+        matchers = [row.matcher for row in self.items]
+        if all(matcher is None for matcher in matchers):
+            return None, set()
+        m = self.model
+        allowed = fill_masks(matchers, m.vocab_size)
+        stuck = set(np.flatnonzero(~allowed.any(axis=1)).tolist())
+        for b in stuck:
+            allowed[b] = True
+        left = (self.stops.max_new - self.stops.drawn).tolist()
+        for b, row in enumerate(self.items):
+            if row.matcher is None or b in stuck or left[b] > CLOSING_WINDOW:
+                continue
+            # Its budget is nearly spent: once closing the structure takes all that is left, close it
+            # (finish_reason "length": the budget, not the model, ended it).
+            scores = m.closing_scores()
+            if row.closing or steps_to_close(row.matcher, scores, m.end_tokens, left[b]) + 1 >= left[b]:
+                row.closing = True
+                token = closing_token(allowed[b], scores, m.end_tokens)
+                allowed[b] = False
+                allowed[b, token] = True
+        return allowed, stuck
 
     def _observe(self, row: _Row, now: float) -> None:
         m = self.model

@@ -12,6 +12,7 @@ from tokenizers import Encoding
 from contract.kinds import GENERATION
 from service.engine.attention import check_budget, check_length
 from service.engine.chat_template import ChatTemplate
+from service.engine.constraints import CompiledGrammar, Constraint
 from service.engine.errors import InvalidInput
 from service.engine.generation import (
     GenerationModel,
@@ -59,6 +60,7 @@ class GenerationJob:
     # Without max_new_tokens and a model default: fill the context (OpenAI's and vLLM's chat), not
     # DEFAULT_MAX_NEW_TOKENS; SERVE_MAX_NEW_TOKENS still caps it.
     fill_context_by_default: bool = False
+    constraint: Constraint | None = None  # what every choice must match (service/engine/constraints.py)
 
 
 class GenerationHandle(Handle[TokenEvent, GenerationResult]):
@@ -204,7 +206,9 @@ class GenerationService(TaskService[GenerationSequence]):
             check_budget(values, self.settings.max_attention_values)
         return GenerationSequence(prompt_ids, params)
 
-    def _sequences(self, job: GenerationJob, prompt_ids: list[list[int]]) -> list[GenerationSequence]:
+    def _sequences(
+        self, job: GenerationJob, prompt_ids: list[list[int]], grammar: CompiledGrammar | None
+    ) -> list[GenerationSequence]:
         if job.max_new_tokens == 0:
             return []
         sequences = []
@@ -221,6 +225,7 @@ class GenerationService(TaskService[GenerationSequence]):
                     ignore_eos=job.ignore_eos,
                     logprobs=job.logprobs,
                     return_attention=job.return_attention,
+                    constraint=grammar,
                 )
                 sequences.append(self.sequence(ids, params))
         return sequences
@@ -235,7 +240,10 @@ class GenerationService(TaskService[GenerationSequence]):
             self.tokenize(p, f, job.truncate, limit, next(encoded) if isinstance(p, str) else None)
             for p, f in zip(job.prompts, job.fields, strict=True)
         ]
-        sequences = self._sequences(job, prompt_ids)
+        grammar = None
+        if job.constraint is not None and job.max_new_tokens != 0:
+            grammar = await asyncio.to_thread(self.model.grammars.compile, job.constraint)  # cached after the first
+        sequences = self._sequences(job, prompt_ids, grammar)
         many = "n" if job.n > 1 else list_field(job.fields)
         deadline = self.deadline()
         handle = self.scheduler.submit(sequences, deadline, many, GenerationHandle)

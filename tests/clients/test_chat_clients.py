@@ -67,9 +67,9 @@ def test_openai_errors_name_the_field(client: openai.OpenAI) -> None:
         client.chat.completions.create(model="generator", messages=MESSAGES)
     assert no_template.value.status_code == 400 and no_template.value.param == "model"
     assert "/v1/completions" in no_template.value.message
-    with pytest.raises(openai.UnprocessableEntityError) as json_mode:
-        client.chat.completions.create(model="chat", messages=MESSAGES, response_format={"type": "json_object"})
-    assert json_mode.value.param == "response_format.type"
+    with pytest.raises(openai.UnprocessableEntityError) as bad_regex:
+        client.chat.completions.create(model="chat", messages=MESSAGES, extra_body={"guided_regex": "(unclosed"})
+    assert bad_regex.value.param == "guided_regex"
     tool: ChatCompletionFunctionToolParam = {
         "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
     }

@@ -164,9 +164,6 @@ async def test_unknown_model_is_a_404(chat: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "param", "words"),
     [
-        ({"response_format": {"type": "json_object"}}, "response_format.type", ["'json_object'", "only 'text'"]),
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-         "response_format.type", ["'json_schema'"]),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", ["tool calling is not supported"]),
         ({"tool_choice": "auto"}, "tool_choice", ["tool calling is not supported"]),
         ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", ["not supported"]),
