@@ -9,9 +9,10 @@ retrained, never empty it), plus consistency checks that hold for any model: str
 whole response, greedy decoding repeats, a seed reproduces a sample, completions match generate.
 `--quick` runs a subset (used through the load balancer).
 
-`drain` starts several streamed generations, sends SIGTERM to the container (Docker's kill API, as
-`docker kill --signal TERM` does) while they are in flight, checks that the server is draining (/ready
-and new requests 503, the in-flight gauge above 0) and that every stream still completes in full.
+`drain` starts several streamed generations, sends SIGTERM to the container (Docker's kill API on the
+engine's socket, as `docker kill --signal TERM` does; the CLI for an engine reached otherwise) while they
+are in flight, checks that the server is draining (/ready and new requests 503, the in-flight gauge above 0)
+and that every stream still completes in full.
 
 Prints one line per check and a closing `N passed, N failed`; exits 1 if any check failed.
 """
@@ -21,8 +22,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-DOCKER_SOCKET = "/var/run/docker.sock"
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
 # --- HTTP ----------------------------------------------------------------------------------------------
@@ -97,12 +100,19 @@ class Client:
 
 
 def docker_kill(container: str, signal: str = "SIGTERM") -> None:
-    """POST /containers/{id}/kill on the Docker socket: `docker kill --signal`, without a CLI start-up."""
+    """POST /containers/{id}/kill on the engine's socket (DOCKER_HOST, else Docker's default): `docker kill
+    --signal` without a CLI start-up; the CLI (DOCKER) for an engine that is not a local socket."""
+    host = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    path = host.removeprefix("unix://")
+    if not host.startswith("unix://") or not os.path.exists(path):
+        docker = os.environ.get("DOCKER", "docker")
+        subprocess.run([docker, "kill", "--signal", signal, container], check=True, capture_output=True, timeout=30)
+        return
 
     class UnixConnection(http.client.HTTPConnection):
         def connect(self) -> None:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(DOCKER_SOCKET)
+            self.sock.connect(path)
 
     conn = UnixConnection("localhost", timeout=10)
     conn.request("POST", f"/containers/{container}/kill?signal={signal}")

@@ -1,12 +1,13 @@
 """The compose `scale` profile for real: `api` + 2 replicas behind nginx, one replica stopped mid-load.
 Called by harness/deploy/run.sh once the server and load-balancer images are built. Standard library only.
 
-    python harness/deploy/scale.py [--sandbox ../shared/tools/docker-sandbox] [--project tsdeploy]
+    python harness/deploy/scale.py [--project tsdeploy]
 
-1. Renders docker-compose.yml + harness/deploy/docker-compose.ci.yml with `--profile scale` and, since the
-   CI engine has host networking only, gives each replica its own port: `api` 8000, `replica` 8001 and a
-   second copy of `replica`, `replica-2`, 8002 (Compose would start both copies on one port). nginx gets
-   deploy/nginx.conf with its `replica` upstream line turned into those two ports; nothing else changes.
+1. Renders docker-compose.yml + harness/deploy/docker-compose.ci.yml with `--profile scale` for host
+   networking (harness/deploy/compose.py) and gives each replica its own port: `api` DEPLOY_API_PORT (8000),
+   `replica` and a second copy of it, `replica-2`, the two of DEPLOY_REPLICA_PORTS (8001, 8002; Compose
+   would start both copies on one port). nginx, on DEPLOY_LB_PORT (8080), gets deploy/nginx.conf with its
+   `replica` upstream line turned into those two ports; nothing else changes.
 2. Starts the three servers and nginx, and sends REQUESTS mixed requests (classify, translate greedy and
    beam, generate and completions, streamed and not) through nginx from WORKERS threads.
 3. After a third of them, SIGTERM to `replica-2` (as `docker stop` does): it drains and exits.
@@ -21,7 +22,7 @@ Prints one line per check and a closing `N passed, N failed`; exits 1 if any che
 from __future__ import annotations
 
 import argparse
-import copy
+import os
 import re
 import subprocess
 import sys
@@ -34,83 +35,50 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-if TYPE_CHECKING:  # mypy reads the repository as packages; the script imports its sibling from its own folder
+if TYPE_CHECKING:  # mypy reads the repository as packages; the script imports its siblings from its own folder
+    from harness.deploy.compose import command, ports, rendered, write
     from harness.deploy.e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
 else:
+    from compose import command, ports, rendered, write
     from e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKER = "/usr/bin/docker"
-REPLICAS = {"api": 8000, "replica": 8001, "replica-2": 8002}
+DOCKER = os.environ.get("DOCKER", "docker")
+PORTS = ports()
+if len(PORTS.replicas) != 2:
+    raise SystemExit(f"DEPLOY_REPLICA_PORTS names {len(PORTS.replicas)} ports; the scale run starts 2 replicas")
+REPLICAS = {"api": PORTS.api, "replica": PORTS.replicas[0], "replica-2": PORTS.replicas[1]}
 STOPPED = "replica-2"
-LB_PORT = 8080
+LB_PORT = PORTS.lb
 REQUESTS = 300
 WORKERS = 8
 STOP_AFTER = REQUESTS // 3
 INFERENCE = ("/v1/classify", "/v1/translate", "/v1/generate", "/v1/completions")
-WORKDIR = Path("/tmp/tsdeploy-scale")
 
 
 # --- the deployment ------------------------------------------------------------------------------------
 
 
-def scale_compose(nginx_conf: Path) -> dict[str, Any]:
-    """The real `scale` profile (+ the CI override), one port per replica."""
-    config = subprocess.run(
-        ["docker-compose", "-f", "docker-compose.yml", "-f", "harness/deploy/docker-compose.ci.yml",
-         "--profile", "scale", "config"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout
-    doc: dict[str, Any] = yaml.safe_load(config)
-    services = doc["services"]
-    for name in ("api", "replica", "lb"):
-        assert name in services, f"the scale profile has no `{name}` service"
-    services[STOPPED] = copy.deepcopy(services["replica"])
-    services[STOPPED].pop("build", None)  # the same image as `replica`
-    for name, port in REPLICAS.items():
-        env = services[name].get("environment") or {}
-        if isinstance(env, list):
-            env = dict(item.partition("=")[::2] for item in env)
-        services[name]["environment"] = {**env, "SERVE_PORT": str(port)}
-        services[name].setdefault("deploy", {})["replicas"] = 1
-    services["lb"]["volumes"] = [f"{nginx_conf}:/etc/nginx/nginx.conf:ro"]
-    return doc
-
-
-def scale_nginx_conf() -> str:
-    """deploy/nginx.conf with the `replica` upstream spread over the replicas' own ports."""
-    conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    line = re.search(r"^(\s*)server replica:8000( [^;]*);$", conf, re.MULTILINE)
-    assert line, "deploy/nginx.conf has no `server replica:8000 ...;` line to spread over the replicas"
-    indent, options = line.groups()
-    servers = "\n".join(
-        f"{indent}server replica:{port}{options};" for name, port in REPLICAS.items() if name != "api"
-    )
-    assert re.search(r"^\s*server api:8000 ", conf, re.MULTILINE), "deploy/nginx.conf lost its `api` upstream"
-    return conf[: line.start()] + servers + conf[line.end() :]
-
-
 class Deployment:
-    def __init__(self, sandbox: Path, project: str) -> None:
-        self.sandbox, self.project = sandbox, project
-        WORKDIR.mkdir(parents=True, exist_ok=True)
-        self.nginx_conf = WORKDIR / "nginx.conf"
-        self.compose_file = WORKDIR / "docker-compose.scale.yml"
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self.compose_file: Path | None = None
 
     def compose(self, *args: str, capture: bool = False) -> str:
-        command = ["bash", str(self.sandbox), "compose", "-p", self.project, "-f", str(self.compose_file),
-                   "--profile", "scale", *args]
-        result = subprocess.run(command, cwd=ROOT, capture_output=capture, text=True)
+        assert self.compose_file is not None, "write() first"
+        result = subprocess.run(
+            command(self.project, self.compose_file, ["scale"], list(args)), cwd=ROOT, capture_output=capture, text=True
+        )
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(args)}: exit {result.returncode} {result.stderr or ''}")
         return result.stdout or ""
 
     def write(self) -> None:
-        self.nginx_conf.write_text(scale_nginx_conf())
-        self.nginx_conf.chmod(0o644)
-        self.compose_file.write_text(yaml.safe_dump(scale_compose(self.nginx_conf), sort_keys=False))
+        """The real `scale` profile (+ the CI override) on the host network, one port per replica."""
+        doc = rendered(["scale"])
+        for name in ("api", "replica", "lb"):
+            assert name in doc["services"], f"the scale profile has no `{name}` service"
+        self.compose_file = write(self.project, doc, REPLICAS, LB_PORT)
 
     def container(self, service: str) -> str:
         cid = self.compose("ps", "-q", service, capture=True).strip()
@@ -273,11 +241,10 @@ class Load:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sandbox", type=Path, default=ROOT.parent / "shared" / "tools" / "docker-sandbox")
     parser.add_argument("--project", default="tsdeploy")
     parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
     args = parser.parse_args()
-    deployment = Deployment(args.sandbox, args.project)
+    deployment = Deployment(args.project)
     checks = Checks()
     state: dict[str, Any] = {}
 

@@ -2,21 +2,22 @@
 # The reliability suite's `load` and `sigterm` sections against the real container (called by
 # harness/deploy/run.sh once the image is built and the first `api` container has exited).
 #
-#   SANDBOX=... PROJECT=... PY=... DOCKER=... API=http://127.0.0.1:8000 bash harness/reliability/container.sh
+#   PROJECT=... PY=... DOCKER=... API=http://127.0.0.1:$DEPLOY_API_PORT bash harness/reliability/container.sh
 #
 # Starts `api` again with a 5 s drain (SERVE_DRAIN_TIMEOUT_S passes through docker-compose.yml), runs
 # 64 concurrent clients whose answers must equal the same requests sent alone, then SIGTERM with
 # streams in flight: exit 0 within the drain, every stream ending with `done` or an `error` event; once
 # in one process and once with SERVE_API_PROCESSES=2 (the signal reaches the engine process, PID 1).
 # The figures go to $RELIABILITY_REPORT with -1 / -2 before .json (default /tmp/reliability-container-N.json)
-# and the log.
+# and the log. Compose runs through harness/deploy/compose.py, as in run.sh: any engine, the ports of
+# DEPLOY_API_PORT and the rest.
 set -euo pipefail
-: "${SANDBOX:?}" "${PROJECT:?}" "${PY:?}" "${DOCKER:?}" "${API:?}"
+: "${PROJECT:?}" "${PY:?}" "${DOCKER:?}" "${API:?}"
 DRAIN_S=${RELIABILITY_DRAIN_S:-5}
 REPORT=${RELIABILITY_REPORT:-/tmp/reliability-container.json}
 
 compose() {
-  bash "$SANDBOX" compose -p "$PROJECT" -f docker-compose.yml -f harness/deploy/docker-compose.ci.yml "$@"
+  "$PY" harness/deploy/compose.py -p "$PROJECT" "$@"
 }
 
 # In one process and with the HTTP front end in two processes (SERVE_API_PROCESSES passes through too).

@@ -82,7 +82,7 @@ def test_the_servers_port_is_one_setting() -> None:
     lb = services["lb"]
     assert "SERVE_PORT" in lb["environment"] and "$${SERVE_PORT:-8000}" in lb["command"][-1]
     assert "nginx -c /tmp/nginx.conf" in lb["command"][-1]  # the root filesystem is read-only; /tmp is not
-    upstreams = re.findall(r"^\s*server (\S+) [^{]*;$", (ROOT / "deploy" / "nginx.conf").read_text(), re.MULTILINE)
+    upstreams = re.findall(r"^\s*server (\S+) [^{\n]*;$", (ROOT / "deploy" / "nginx.conf").read_text(), re.MULTILINE)
     assert upstreams and all(u.endswith(":8000") for u in upstreams), upstreams  # what the command rewrites
 
 
