@@ -132,12 +132,18 @@ class Grammars:
             return compiled.prototype.deep_copy()
 
 
+_executor: llguidance.LLExecutor | None = None
+
+
 def fill_masks(matchers: list[llguidance.LLMatcher | None], vocab_size: int) -> np.ndarray:
-    """[B, V] bool: the tokens each row may draw next (every token for a row without a matcher)."""
+    """[B, V] bool: the tokens each row may draw next (every token for a row without a matcher); the rows'
+    masks are computed in parallel on llguidance's own threads, without the GIL."""
+    global _executor
+    if _executor is None:
+        _executor = llguidance.LLExecutor()
     bits = llguidance.numpy.allocate_token_bitmask(len(matchers), vocab_size)
-    for b, matcher in enumerate(matchers):
-        if matcher is not None:
-            llguidance.numpy.fill_next_token_bitmask(matcher, bits, b)
+    rows = [(matcher, b) for b, matcher in enumerate(matchers) if matcher is not None]
+    llguidance.numpy.fill_next_token_bitmask_par(_executor, rows, bits)
     allowed: np.ndarray = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
     return allowed.astype(bool)
 
@@ -183,3 +189,28 @@ def steps_to_close(matcher: llguidance.LLMatcher, scores: np.ndarray, end_tokens
         if not probe.consume_token(token):
             return cap
     return cap
+
+
+class Closing:
+    """One constrained row's watch on its budget: in its last CLOSING_WINDOW tokens it foresees how many
+    closing its structure takes (`steps_to_close`, again every few tokens and at every token once that is
+    near what is left), and closes from the token where closing takes all that is left."""
+
+    RECHECK_EVERY, NEAR = 8, 24
+
+    def __init__(self) -> None:
+        self.active = False
+        self._estimate: int | None = None
+        self._checked_at = 0  # tokens left at the last estimate
+
+    def due(self, matcher: llguidance.LLMatcher, left: int, scores: np.ndarray, end_tokens: np.ndarray) -> bool:
+        if self.active or left > CLOSING_WINDOW:
+            return self.active
+        if (
+            self._estimate is None
+            or left <= self._estimate + self.NEAR
+            or self._checked_at - left >= self.RECHECK_EVERY
+        ):
+            self._estimate, self._checked_at = steps_to_close(matcher, scores, end_tokens, left), left
+        self.active = self._estimate + 1 >= left
+        return self.active

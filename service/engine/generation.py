@@ -23,12 +23,12 @@ from service.engine.batch import SequenceBatch
 from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.constraints import (
     CLOSING_WINDOW,
+    Closing,
     CompiledGrammar,
     Grammars,
     closing_scores,
     closing_token,
     fill_masks,
-    steps_to_close,
 )
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics, finished_reason
@@ -104,7 +104,7 @@ class _Row:
         self.seed = 0
         constraint = seq.params.constraint
         self.matcher = model.grammars.matcher(constraint) if constraint is not None else None
-        self.closing = False  # closing its grammar's structure as its budget ends
+        self.closing = Closing()  # closing its grammar's structure as its budget ends
 
 
 class GenerationModel:
@@ -309,7 +309,7 @@ class GenerationBatch(SequenceBatch[_Row]):
                 emits.append(Emit(row.seq, m.result(row, "error"), final=True))
                 continue
             piece, reason = release(row.text, token, codes[b])
-            if reason == "eos" and row.closing:
+            if reason == "eos" and row.closing.active:
                 reason = "length"  # the budget, not the model, ended it
             row.pieces.append(piece)
             if codes[b] == END:
@@ -339,13 +339,12 @@ class GenerationBatch(SequenceBatch[_Row]):
             allowed[b] = True
         left = (self.stops.max_new - self.stops.drawn).tolist()
         for b, row in enumerate(self.items):
-            if row.matcher is None or b in stuck or left[b] > CLOSING_WINDOW:
+            if row.matcher is None or b in stuck or (left[b] > CLOSING_WINDOW and not row.closing.active):
                 continue
             # Its budget is nearly spent: once closing the structure takes all that is left, close it
             # (finish_reason "length": the budget, not the model, ended it).
             scores = m.closing_scores()
-            if row.closing or steps_to_close(row.matcher, scores, m.end_tokens, left[b]) + 1 >= left[b]:
-                row.closing = True
+            if row.closing.due(row.matcher, left[b], scores, m.end_tokens):
                 token = closing_token(allowed[b], scores, m.end_tokens)
                 allowed[b] = False
                 allowed[b, token] = True
