@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     warmup: bool = True
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    # Client compatibility and operations (README "Clients" and "Operations").
+    # Client compatibility and operations (docs/api.md and docs/operations.md).
     log_format: Literal["text", "json"] = "text"
     # A max_tokens / max_new_tokens beyond the model's context is clamped to what fits (finish_reason
     # "length"), as OpenAI-style clients expect; true makes it a 422 instead.

@@ -257,7 +257,7 @@ class GenerateRequest(Request):
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="1 = off")
     stop: NonEmptyText | StopStrings | None = Field(None, description="stop before any of these strings")
     seed: int | None = Field(
-        None, ge=0, le=MAX_SEED, description="the same random numbers alone or batched (see the README)"
+        None, ge=0, le=MAX_SEED, description="the same random numbers alone or batched (docs/api.md, Generate)"
     )
     ignore_eos: bool = False
     stream: bool = Field(False, description="Server-Sent Events: one `token` event per token, then `done`")

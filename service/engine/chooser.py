@@ -8,7 +8,7 @@ logits chooses the same token in any batch. The model's logits themselves differ
 between batch shapes (ONNX Runtime sums in another order); the draw walks the kept tokens in vocabulary
 order, so such noise cannot reorder candidates: it only moves the boundaries between neighbouring
 tokens' cumulative mass, and a draw whose uniform lies within the noise of a boundary takes the
-neighbour (README, "Generate"). Logprobs are those of the model (raw logits), computed only for rows
+neighbour (docs/api.md, "Generate"). Logprobs are those of the model (raw logits), computed only for rows
 that ask.
 """
 

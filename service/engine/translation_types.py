@@ -18,7 +18,7 @@ class TranslationParams:
     n_best: int = 1
     length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty, the end token counted
     max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap
-    no_repeat_ngram_size: int = 3  # the model card measures beam 4 with this ban (README "Models")
+    no_repeat_ngram_size: int = 3  # the model card measures beam 4 with this ban (artifacts/translator/card.md)
     sampling: SamplingParams | None = None  # num_beams=1: temperature, penalties, logit bias; None: greedy
     return_attention: bool = False
     stream: bool = False  # emit a TranslationPiece per token (num_beams=1 only: beams change their past)
