@@ -214,6 +214,14 @@ async def test_a_server_of_one_task_documents_only_its_routes(serving, model: st
     assert set(TASK_ROUTES) == set(TASK_LINES) == set(TASKS)
 
 
+async def test_a_chat_model_alone_documents_chat_and_no_other_task(serving, chat_artifacts) -> None:
+    """The probe's case: SERVE_MODELS=<a chat model> listed /v1/translate and /v1/classify examples (404s)."""
+    async with serving(artifacts_dir=chat_artifacts, models="chat") as s:
+        tried = await every_example(s)
+    assert "POST /v1/chat/completions" in tried and "POST /v1/completions" in tried
+    assert not {"POST /v1/translate", "POST /v1/classify", "POST /v1/embeddings", "POST /rerank"} & set(tried)
+
+
 def test_the_description_states_the_tasks_and_the_models_served(served) -> None:
     """ReDoc's and /docs' first paragraph: every task of contract/kinds.py, and each served model with its
     task and what its card says it is for (it said "One server for three transformers")."""
