@@ -3,9 +3,10 @@
     python -m scripts.import_checkpoint DIR --out artifacts/NAME [--random-head negative,positive]
 
 DIR holds config.json, model.safetensors or pytorch_model.bin, and tokenizer files (tokenizer.json,
-or a slow tokenizer that transformers converts). Families: the encoders of model/families/ (BERT and
-MiniLM, RoBERTa, XLM-RoBERTa, DistilBERT), GPT-2, the Llama-shaped decoders (Llama, Qwen2, Mistral; their
-generation_config.json too: docs/decoders.md), Marian and BART. An encoder imports as:
+or a slow tokenizer that transformers converts). Families: every model_type of model/families/, listed
+below (the Llama-shaped decoders' generation_config.json too: docs/decoders.md). config.json's sizes
+must be the ones the weights hold; a computed position limit (rotary, sinusoids, T5) past the cap of
+model/families/dims.py is lowered to it, and the card says so. An encoder imports as:
 
 - a classifier when it has a trained sequence-classification head (a cross-encoder with one label too:
   its one logit is a relevance score);
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from model.families import FAMILIES
 from model.importing.hf_artifact import import_to_artifact
 from model.importing.hf_chat_template import find_chat_template, template_tokens
 from model.importing.hf_import import CheckpointError
@@ -48,7 +50,9 @@ def check_chat_template(checkpoint: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    families = "".join(f"\n  {name:<12} {family.reference_class(True)}" for name, family in FAMILIES.items())
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"families (config.json model_type, transformers class):{families}")
     parser.add_argument("checkpoint", type=Path, help="the checkpoint folder")
     parser.add_argument("--out", type=Path, required=True, help="artifact folder to write (its name is the model name)")
     parser.add_argument("--random-head", "--labels", dest="random_head", metavar="LABELS",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tokenizers import Tokenizer
@@ -17,6 +17,7 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
                "swish": "silu", "silu": "silu"}
 # Buffers some checkpoints carry that are not weights (position ids, GPT-2's causal mask).
 NON_WEIGHTS = re.compile(r"(^|\.)(position_ids|token_type_ids|attn\.bias|attn\.masked_bias)$")
+Value = TypeVar("Value")
 
 
 class CheckpointError(ValueError):
@@ -79,7 +80,7 @@ def activation(hf: dict[str, Any], key: str, family: str, default: str = "gelu")
     return ACTIVATIONS[name]
 
 
-def strip_prefix(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+def strip_prefix(tensors: dict[str, Value], prefix: str) -> dict[str, Value]:
     """Task models nest the base model (``bert.``, ``transformer.``, ``model.``); base models do not."""
     return {k.removeprefix(prefix): v for k, v in tensors.items()}
 

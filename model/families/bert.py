@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families.base import Tensors, activation, linear, named_special_tokens, norm, require
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
@@ -73,8 +74,17 @@ def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> di
                                                     "mask": "[MASK]"})
 
 
+DIMS = ConfigDims(
+    hidden="hidden_size", embedding="embeddings.word_embeddings.weight", heads=("num_attention_heads",),
+    layers=(Size("num_hidden_layers", ("encoder.layer.{i}.",)),),
+    sizes=(Size("intermediate_size", ("encoder.layer.0.intermediate.dense.weight",)),
+           Size("type_vocab_size", ("embeddings.token_type_embeddings.weight",), required=False)),
+    positions=Size("max_position_embeddings", ("embeddings.position_embeddings.weight",)),
+    labels="classifier.weight",
+)
+
 FAMILY = EncoderFamily(
     name="bert", prefix="bert.", config=config, encoder_weights=encoder_weights, head_marker="classifier.weight",
     head_weights=head_weights, spare_weights=pooler_weights, special_tokens=special_tokens,
-    reference_classes=("BertModel", "BertForSequenceClassification"), token_type_input=True,
+    reference_classes=("BertModel", "BertForSequenceClassification"), token_type_input=True, dims=DIMS,
 )

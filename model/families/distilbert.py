@@ -12,6 +12,7 @@ from torch import Tensor
 
 from model.families import bert
 from model.families.base import CheckpointError, Tensors, activation, linear, norm
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
@@ -58,9 +59,16 @@ def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> di
     return bert.special_tokens(folder, hf, tokenizer)  # BERT's WordPiece vocabulary and its special tokens
 
 
+DIMS = ConfigDims(
+    hidden="dim", embedding="embeddings.word_embeddings.weight", heads=("n_heads",),
+    layers=(Size("n_layers", ("transformer.layer.{i}.",)),),
+    sizes=(Size("hidden_dim", ("transformer.layer.0.ffn.lin1.weight",)),),
+    positions=Size("max_position_embeddings", ("embeddings.position_embeddings.weight",)), labels="classifier.weight",
+)
+
 FAMILY = EncoderFamily(
     name="distilbert", prefix="distilbert.", config=config, encoder_weights=encoder_weights,
     head_marker="classifier.weight", head_weights=head_weights, spare_weights=spare_weights,
     special_tokens=special_tokens, reference_classes=("DistilBertModel", "DistilBertForSequenceClassification"),
-    token_type_input=False,
+    token_type_input=False, dims=DIMS,
 )

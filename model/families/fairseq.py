@@ -25,6 +25,7 @@ from model.families.base import (
     output_head,
     require,
 )
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
@@ -150,6 +151,26 @@ def convert_marian(folder: Path) -> Tokenizer:
     return tokenizer
 
 
+def seq2seq_dims(positions: Size, sizes: tuple[Size, ...] = (), offset_token: str | None = None) -> ConfigDims:
+    """The fairseq translators' sizes (Marian, BART, M2M100): one width, encoder and decoder counts apart."""
+    return ConfigDims(
+        hidden="d_model", embedding="shared.weight", heads=("encoder_attention_heads", "decoder_attention_heads"),
+        layers=(Size("encoder_layers", ("encoder.layers.{i}.",)),
+                Size("decoder_layers", ("decoder.layers.{i}.",))),
+        sizes=(Size("encoder_ffn_dim", ("encoder.layers.0.fc1.weight",)),
+               Size("decoder_ffn_dim", ("decoder.layers.0.fc1.weight",)), Size("vocab_size", ("lm_head.weight",)),
+               *sizes),
+        positions=positions, offset_token=offset_token,
+    )
+
+
+# BART learns its position tables (2 rows before position 0); Marian computes sinusoids (a saved copy bounds them).
+TABLES = ("encoder.embed_positions.weight", "decoder.embed_positions.weight")
+LOGITS_BIAS = Size("vocab_size", ("final_logits_bias",), axis=1)  # [1, vocab]
+DIMS = {"bart": seq2seq_dims(Size("max_position_embeddings", TABLES, extra=2), (LOGITS_BIAS,)),
+        "marian": seq2seq_dims(Size("max_position_embeddings", TABLES), (LOGITS_BIAS,))}
+
+
 def family(name: str, reference_class: str,
            slow_tokenizer: Callable[[Path], Tokenizer] | None = None) -> Seq2SeqFamily:
     return Seq2SeqFamily(
@@ -159,6 +180,7 @@ def family(name: str, reference_class: str,
         special_tokens=special_tokens,
         languages=lambda tokenizer: {},
         reference_name=reference_class,
+        dims=DIMS[name],
         generation_config=False,  # their decoding is the server's own (the importer never read theirs)
         slow_tokenizer=slow_tokenizer,
     )

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families.base import Tensors, activation, config_token_id, linear, norm, output_head, require
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import DecoderFamily
 from model.network.config import GeneratorConfig
 
@@ -72,4 +73,10 @@ def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> di
     return {"pad": pad, "eos": eos, "bos": config_token_id(folder, hf, "bos_token_id", eos)}
 
 
-FAMILY = DecoderFamily(NAME, "transformer.", config, weights, special_tokens, "GPT2LMHeadModel")
+DIMS = ConfigDims(
+    hidden="n_embd", embedding="wte.weight", heads=("n_head",), layers=(Size("n_layer", ("h.{i}.",)),),
+    sizes=(Size("n_inner", ("h.0.mlp.c_fc.weight",), axis=1, required=False), Size("vocab_size", ("lm_head.weight",))),
+    positions=Size("n_positions", ("wpe.weight",)),
+)
+
+FAMILY = DecoderFamily(NAME, "transformer.", config, weights, special_tokens, "GPT2LMHeadModel", DIMS)

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families.base import CheckpointError, Tensors, activation, linear, output_head
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import DecoderFamily
 from model.network.config import GeneratorConfig
 from model.network.rotary import ROPE_TYPES, rope_type
@@ -118,10 +119,20 @@ def special_tokens(folder: Path, hf: dict[str, Any], tokenizer: Tokenizer) -> di
     return {"pad": eos if pad is None else pad, "bos": eos if bos is None else bos, "eos": eos}
 
 
+# Rotary positions: max_position_embeddings is the only source of the limit (model/families/dims.py caps it).
+DIMS = ConfigDims(
+    hidden="hidden_size", embedding="embed_tokens.weight", heads=("num_attention_heads",),
+    layers=(Size("num_hidden_layers", ("layers.{i}.",)),),
+    sizes=(Size("intermediate_size", ("layers.0.mlp.gate_proj.weight",)), Size("vocab_size", ("lm_head.weight",))),
+    positions=Size("max_position_embeddings"),
+    kv_heads=Size("num_key_value_heads", ("layers.0.self_attn.k_proj.weight",), required=False), head_dim="head_dim",
+)
+
+
 def family(name: str, reference: str) -> DecoderFamily:
     return DecoderFamily(name=name, prefix="model.", config=lambda hf, specials: config(hf, specials, name),
                          weights=lambda src, c, lm_head: weights(src, c, lm_head, name),
-                         special_tokens=special_tokens, reference_name=reference)
+                         special_tokens=special_tokens, reference_name=reference, dims=DIMS)
 
 
 FAMILIES = (family("llama", "LlamaForCausalLM"), family("qwen2", "Qwen2ForCausalLM"),

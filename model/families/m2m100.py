@@ -15,7 +15,8 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families.base import CheckpointError, Tensors, activation, fairseq_layers, norm, output_head, require
-from model.families.fairseq import special_tokens  # the fairseq translators' ids: pad, unk, start, end
+from model.families.dims import Size
+from model.families.fairseq import seq2seq_dims, special_tokens  # the fairseq translators' ids: pad, unk, start, end
 from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
@@ -61,4 +62,7 @@ def languages(tokenizer: Tokenizer) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-FAMILY = Seq2SeqFamily(NAME, config, weights, special_tokens, languages, "M2M100ForConditionalGeneration")
+# Sinusoids computed after the padding id (a saved copy is a buffer the mapping discards): the limit is config.json's.
+DIMS = seq2seq_dims(Size("max_position_embeddings"), offset_token="pad_token_id")
+
+FAMILY = Seq2SeqFamily(NAME, config, weights, special_tokens, languages, "M2M100ForConditionalGeneration", DIMS)

@@ -5,6 +5,7 @@ classification head reads <s> through classifier.dense + tanh, then classifier.o
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from model.families.base import CheckpointError, Tensors, linear, named_special_
 from model.families.shapes import EncoderFamily
 from model.network.config import ClassifierConfig
 
+# BERT's sizes; the table's first rows are the padding offset (counted in max_position_embeddings).
+DIMS = dataclasses.replace(bert.DIMS, labels="classifier.out_proj.weight", offset_token="pad_token_id")
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
 
 
@@ -64,5 +67,5 @@ FAMILY = EncoderFamily(
     name="roberta", prefix="roberta.", config=config, encoder_weights=encoder_weights,
     head_marker="classifier.out_proj.weight", head_weights=head_weights, spare_weights=spare_weights,
     special_tokens=special_tokens, reference_classes=("RobertaModel", "RobertaForSequenceClassification"),
-    token_type_input=False,
+    token_type_input=False, dims=DIMS,
 )

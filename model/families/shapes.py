@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from model.families.base import CheckpointError, Tensors, strip_prefix
+from model.families.dims import ConfigDims
 from model.importing.generation_config import apply_generation_config, apply_seq2seq_generation_config
 from model.kinds import model_kind
 from model.network.classifier import Classifier
@@ -121,6 +122,7 @@ class EncoderFamily:
     special_tokens: SpecialTokens
     reference_classes: tuple[str, str]  # transformers classes: (base model, sequence classification)
     token_type_input: bool  # the reference model takes token_type_ids (BERT); the others read segment 0 or none
+    dims: ConfigDims  # where config.json keeps the sizes, checked against the weights before the model is built
     slow_tokenizer: Callable[[Path], Tokenizer] | None = None  # a converter of its own (else transformers')
 
     def reference_class(self, has_head: bool) -> str:
@@ -215,6 +217,7 @@ class DecoderFamily:
     weights: Callable[[Tensors, GeneratorConfig, Tensor | None], dict[str, Tensor]]  # base tensors, config, lm_head
     special_tokens: SpecialTokens
     reference_name: str  # the transformers causal-LM class
+    dims: ConfigDims
     slow_tokenizer: Callable[[Path], Tokenizer] | None = None
 
     def reference_class(self, has_head: bool) -> str:
@@ -265,15 +268,17 @@ class Seq2SeqFamily:
     special_tokens: SpecialTokens
     languages: Callable[[Tokenizer], dict[str, int]]  # code -> token id; empty: not multilingual
     reference_name: str
+    dims: ConfigDims
     generation_config: bool = True  # take generation_config.json's forced and start tokens (T5, M2M100)
     slow_tokenizer: Callable[[Path], Tokenizer] | None = None
+    prefix: ClassVar[str] = "model."  # the base model's prefix (T5 has none: nothing to strip)
 
     def reference_class(self, has_head: bool) -> str:
         return self.reference_name
 
     def import_model(self, checkpoint: Checkpoint) -> Imported:
         raw = checkpoint.tensors
-        src = Tensors(strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, "model."))
+        src = Tensors(strip_prefix({k: v for k, v in raw.items() if k != "lm_head.weight"}, self.prefix))
         config = self.config(checkpoint.hf, checkpoint.specials)
         config.languages = dict(checkpoint.languages or {})
         if self.generation_config:

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.families.base import ACTIVATIONS, CheckpointError, Tensors, config_token_id, output_head, require
+from model.families.dims import ConfigDims, Size
 from model.families.shapes import Seq2SeqFamily
 from model.network.config import TranslatorConfig
 
@@ -100,4 +101,19 @@ def task_prefixes(hf: dict[str, Any]) -> dict[str, str]:
     return {task: p["prefix"] for task, p in params.items() if isinstance(p, dict) and p.get("prefix")}
 
 
-FAMILY = Seq2SeqFamily(NAME, config, weights, special_tokens, lambda tokenizer: {}, "T5ForConditionalGeneration")
+FEED_FORWARD = tuple(f"encoder.block.0.layer.1.DenseReluDense.{w}.weight" for w in ("wi", "wi_0", "wi_1"))
+BUCKETS = tuple(f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+                for side in ("encoder", "decoder"))
+# Relative positions: n_positions (512 where absent) is the only source of the limit.
+DIMS = ConfigDims(
+    hidden="d_model", embedding="shared.weight", heads=("num_heads",), head_dim="d_kv",
+    layers=(Size("num_layers", ("encoder.block.{i}.",)),
+            Size("num_decoder_layers", ("decoder.block.{i}.",), required=False)),
+    sizes=(Size("d_ff", FEED_FORWARD), Size("vocab_size", ("lm_head.weight",)),
+           Size("relative_attention_num_buckets", BUCKETS, required=False),
+           Size("relative_attention_max_distance", required=False)),
+    positions=Size("n_positions", required=False),
+)
+
+FAMILY = Seq2SeqFamily(NAME, config, weights, special_tokens, lambda tokenizer: {}, "T5ForConditionalGeneration",
+                       DIMS)

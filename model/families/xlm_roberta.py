@@ -19,4 +19,5 @@ FAMILY = EncoderFamily(
     head_marker="classifier.out_proj.weight", head_weights=roberta.head_weights, spare_weights=roberta.spare_weights,
     special_tokens=roberta.special_tokens,
     reference_classes=("XLMRobertaModel", "XLMRobertaForSequenceClassification"), token_type_input=False,
+    dims=roberta.DIMS,
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 from model.export.graphs import export_model
 from model.importing.hf_chat_template import write_chat_template
-from model.importing.hf_import import Imported, detect_family, import_checkpoint, read_hf_config
+from model.importing.hf_import import Imported, checked_config, import_checkpoint
 from model.importing.hf_tokenizer import languages, load_tokenizer, special_tokens
 from model.importing.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 from model.network.embedder import Embedder
@@ -101,10 +101,22 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
     (out / "card.md").write_text("\n".join(lines) + "\n")
 
 
+def checkpoint_origin(folder: Path) -> str:
+    """The checkpoint imported: a Hugging Face cache snapshot's repository (``models--org--name``), else the
+    folder's name. Not config.json's ``_name_or_path``: that is where the weights were loaded from before they
+    were saved, for a fine-tuned checkpoint its base model (all-MiniLM-L6-v2's says
+    nreimers/MiniLM-L6-H384-uncased)."""
+    resolved = folder.resolve()
+    for part in reversed(resolved.parts):
+        if part.startswith("models--"):
+            return part.removeprefix("models--").replace("--", "/")
+    return resolved.name
+
+
 def import_card(name: str, result: Imported, folder: Path, license_: str, command: str,
                 parity: dict[str, Any]) -> dict[str, Any]:
     hf = result.hf_config
-    origin = hf.get("_name_or_path") or folder.name
+    origin = checkpoint_origin(folder)
     return {
         "model": name,
         "summary": f"{hf.get('model_type')} checkpoint ({', '.join(hf.get('architectures') or [])}) imported "
@@ -134,8 +146,8 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
         embedding, checkpoint = st.options, st.transformer_dir
     else:
         checkpoint = folder
-    hf = read_hf_config(checkpoint)
-    family = detect_family(hf)
+    hf, record, _ = checked_config(checkpoint)  # the sizes, before the tokenizer and the weights are read
+    family = record.name
     tokenizer = load_tokenizer(checkpoint, family)
     specials = special_tokens(checkpoint, family, hf, tokenizer)
     result = import_checkpoint(checkpoint, specials, labels, embedding, languages(family, tokenizer))

@@ -69,5 +69,7 @@ def max_seq_length(folder: Path, transformer_dir: Path) -> int | None:
     for path in (transformer_dir / "sentence_bert_config.json", folder / "sentence_bert_config.json"):
         if path.is_file():
             value = json.loads(path.read_text()).get("max_seq_length")
-            return int(value) if value else None
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise CheckpointError(f"{path}: max_seq_length={value!r} must be a positive integer")
+            return value
     return None
