@@ -25,7 +25,7 @@ from prometheus_client import (
 
 # serve_request_success's finished_reason, in vLLM's words (vllm:request_success_total): the engine's "eos"
 # (the model's end token) and "stop" (a stop string or stop token) are both vLLM's "stop".
-FINISHED_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}
+FINISHED_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "error": "error"}
 SHARED_FOLDER = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's: where every process writes its values
 SHARED_PREFIX = "serve-metrics-"  # then the pid of the process that made the folder, and a unique part
 

@@ -128,7 +128,7 @@ async def test_each_protocol_names_finish_reasons_in_its_own_words(served) -> No
     """The table of docs/api.md is what each protocol maps the engine's reasons to; /metrics counts in vLLM's
     words (it counted "eos" and "stop" apart under vLLM's label name)."""
     rows = finish_reasons_table()
-    assert sorted(row[1] for row in rows) == ["eos", "length", "stop"]
+    assert sorted(row[1] for row in rows) == ["eos", "error", "length", "stop"]
     for _, native, openai, tgi, metric in rows:
         assert (OPENAI_FINISH[native], TGI_FINISH[native], finished_reason(native)) == (openai, tgi, metric)
     eos = served.engine.generator.artifact.special_tokens["eos"]
