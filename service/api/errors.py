@@ -9,6 +9,7 @@ import re
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,6 +46,8 @@ HTTP_TYPES = {
     415: "unsupported_media_type",
     499: "client_closed_request",
 }
+# The errors a 422 formats and lists in `details`; past it, the message counts them.
+MAX_ERRORS = 16
 # Union members in pydantic error locations ("str", "list[str]", "function-after[...]") are not fields.
 _TYPE_TAG = re.compile(r"[\[\-]|^(str|int|float|bool|list|dict|none|tuple)$")
 # A union reports each member's error: "Input should be a valid string" from the `str` member says
@@ -136,7 +139,10 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 
 def _validation_response(exc: RequestValidationError) -> JSONResponse:
-    errors = list(exc.errors())
+    every = exc.errors()
+    # The first MAX_ERRORS only, and their number: the schemas keep it small (service/api/schemas.py), and
+    # this keeps a body that still makes thousands of errors from formatting and sending them all.
+    errors = list(islice(every, MAX_ERRORS))
     if any(e.get("type") == "json_invalid" for e in errors):
         detail = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {}).get("error", "")
         return error_response(400, "invalid_json", f"the request body is not valid JSON: {detail}".rstrip(": "), "body")
@@ -149,10 +155,15 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
     )
     first = ranked[0][1]
     message = f"{first['field']}: {first['message']}"
+    notes = []
     # Other fields at fault, by name: not the union members' alternatives for the same one.
     others = list(dict.fromkeys(_head(d["field"]) for d in details if _head(d["field"]) != _head(first["field"])))
     if others:
-        message += f" (also wrong: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
+        notes.append(f"also wrong: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
+    if len(every) > len(errors):
+        notes.append(f"{len(every):,} errors, the first {len(errors)} in details")
+    if notes:
+        message += f" ({'; '.join(notes)})"
     return error_response(422, "validation_error", message, first["field"], details=details)
 
 

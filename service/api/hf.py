@@ -33,6 +33,7 @@ from service.api.hf_embeddings import (
     sentence_similarity,
 )
 from service.api.hf_tasks import check_task, served_tasks, wrong_task
+from service.api.lean_route import LeanRoute
 from service.api.sampling import translation_params
 from service.api.schemas import (
     MAX_TOP_K,
@@ -41,6 +42,7 @@ from service.api.schemas import (
     Lenient,
     Text,
     TranslateRequest,
+    bounded,
     truncation_side,
     validated,
 )
@@ -53,7 +55,7 @@ from service.engine.engine import Engine, Service
 from service.engine.generation_service import GenerationService
 from service.engine.translation_service import TranslationJob, TranslationService
 
-router = APIRouter(tags=["hugging face"])
+router = APIRouter(tags=["hugging face"], route_class=LeanRoute)  # large bodies parsed off the event loop
 
 
 class TextPair(Lenient):
@@ -73,7 +75,7 @@ class ClassificationRequest(Lenient):
         json_schema_extra={"examples": [{"inputs": "A wonderful, moving film.", "parameters": {"top_k": 2}}]}
     )
 
-    inputs: Text | TextPair | Annotated[list[Text | TextPair], Field(min_length=1)]
+    inputs: Text | TextPair | Annotated[list[Text | TextPair], bounded()]
     parameters: ClassificationParameters = Field(default_factory=lambda: ClassificationParameters())
 
 
@@ -105,7 +107,7 @@ class TranslationRequest(Lenient):
         }
     )
 
-    inputs: Text | Annotated[list[Text], Field(min_length=1)]
+    inputs: Text | Annotated[list[Text], bounded()]
     parameters: TranslationParameters = Field(default_factory=TranslationParameters)
 
 

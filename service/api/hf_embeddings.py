@@ -11,11 +11,19 @@ from fastapi import Request
 from pydantic import ConfigDict, Field, RootModel
 
 from service.api.deps import unless_disconnected
-from service.api.schemas import TRUNCATE_DOC, AnyCaseTruncationSide, Lenient, Text, truncation_side
+from service.api.schemas import (
+    MAX_EMBEDDING_INPUTS,
+    TRUNCATE_DOC,
+    AnyCaseTruncationSide,
+    Lenient,
+    Text,
+    bounded,
+    truncation_side,
+)
 from service.engine.embedding import Embedding, EmbeddingJob
 from service.engine.engine import Engine
 
-MAX_INPUTS = 2048
+MAX_INPUTS = MAX_EMBEDDING_INPUTS
 
 
 class FeatureExtractionOptions(Lenient):
@@ -36,7 +44,7 @@ class FeatureExtractionRequest(FeatureExtractionOptions):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": "A sentence to embed.", "normalize": True}]})
 
-    inputs: Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)]
+    inputs: Text | Annotated[list[Text], bounded(MAX_INPUTS)]
     parameters: FeatureExtractionOptions | None = None
 
     def option(self, name: str) -> Any:
@@ -46,7 +54,7 @@ class FeatureExtractionRequest(FeatureExtractionOptions):
 
 class SimilarityInputs(Lenient):
     source_sentence: Text
-    sentences: Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)]
+    sentences: Annotated[list[Text], bounded(MAX_INPUTS)]
 
 
 class SentenceSimilarityRequest(Lenient):

@@ -11,27 +11,46 @@ the endpoint gets the same value), call the endpoint, and serialize its answer a
 Anything else goes to FastAPI's handler, with the body already read: a body that is not JSON or not
 valid (so 400s and 422s keep FastAPI's exact errors), another content type, and any route of another
 shape. `/docs` and the OpenAPI schema are FastAPI's, untouched: only the handler differs.
+
+A body past LARGE_BODY_BYTES is parsed and validated on a thread of its own, not on the event loop: a
+megabyte of token ids takes ~50 ms (more on a busy machine), and eight at once would hold /health and
+every stream that long. Its 400 or 422 is raised from there with the errors FastAPI's handler would find
+(the same validation of the same value), not by parsing it again on the loop. Its integral floats are
+read as ints as it is parsed, so the request models skip their walk over it (service/api/json_numbers.py).
+On a route of another shape (the Inference API's, which validate in the endpoint) a large body is parsed
+there too, and FastAPI's handler takes it as parsed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import inspect
 import json
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import fastapi.routing
 from fastapi import Request, Response
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, serialize_response
 from pydantic import BaseModel
 
 from service.api.deps import get_engine
+from service.api.schemas import FLOATS_READ_AS_INTS, json_number
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 JSON_CONTENT_TYPES = frozenset({"application/json", "application/json; charset=utf-8"})
+# Bodies past this size are parsed and validated off the event loop (at most ~3 ms of it on the loop: token
+# ids cost ~50 us per KB to parse and validate, texts far less); one thread, so that a burst of them
+# takes one core, not the loop's.
+LARGE_BODY_BYTES = 64 * 1024
+_parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-body")
 
 
 def _lean_shape(route: Any) -> tuple[str, str | None, str | None] | None:
@@ -84,7 +103,7 @@ class LeanRoute(APIRoute):
         route = _as_included(self)
         shape = None if route is None else _lean_shape(route)
         if route is None or shape is None:
-            return fastapi_handler
+            return fastapi_handler if self.body_field is None else _parsing_large_bodies(fastapi_handler)
         body_name, engine_name, request_name = shape
         call = route.dependant.call
         body_field, response_field = route.body_field, route.response_field
@@ -96,12 +115,11 @@ class LeanRoute(APIRoute):
             if request.headers.get("content-type") not in JSON_CONTENT_TYPES or overrides:
                 return await fastapi_handler(request)
             raw = await request.body()  # a body refused on the way (size, time) raises to its middleware here
-            try:
-                parsed = json.loads(raw)
-            except Exception:  # invalid JSON, or nested past the parser's depth: FastAPI answers (400 or 422)
-                return await fastapi_handler(request)
-            value, errors = body_field.validate(parsed, {}, loc=("body",))
-            if errors:  # FastAPI's 422, exactly as it words it
+            large = len(raw) > LARGE_BODY_BYTES
+            value = await _off_loop(_validated, raw, body_field, True) if large else _validated(raw, body_field)
+            if isinstance(value, _Invalid):  # FastAPI's 400 or 422, exactly as it words it
+                if large and value.errors is not None:  # the errors its handler finds, without parsing again
+                    raise RequestValidationError(value.errors)
                 return await fastapi_handler(request)
             kwargs: dict[str, Any] = {body_name: value}
             if engine_name is not None:
@@ -122,3 +140,82 @@ class LeanRoute(APIRoute):
             return Response(content, media_type="application/json")
 
         return handle
+
+
+def _parsing_large_bodies(fastapi_handler: Handler) -> Handler:
+    """FastAPI's handler, for a route of another shape that takes a body: a large JSON body is parsed on the
+    body thread and left where FastAPI's handler reads it (Starlette's cache of `request.json()`), so only
+    what the endpoint does with it runs on the loop."""
+
+    async def handle(request: Request) -> Response:
+        if request.headers.get("content-type") in JSON_CONTENT_TYPES:
+            raw = await request.body()
+            if len(raw) > LARGE_BODY_BYTES:
+                parsed = await _off_loop(_parsed, raw, True)
+                if isinstance(parsed, _Invalid):
+                    if parsed.errors is not None:
+                        raise RequestValidationError(parsed.errors)
+                else:
+                    request._json = parsed  # what Starlette's request.json() returns from now on
+                    token = FLOATS_READ_AS_INTS.set(True)
+                    try:
+                        return await fastapi_handler(request)
+                    finally:
+                        FLOATS_READ_AS_INTS.reset(token)
+        return await fastapi_handler(request)
+
+    return handle
+
+
+async def _off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_parser, _without_gc, fn, *args)
+
+
+def _without_gc(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` with the cyclic garbage collector paused: a large body is up to ~200,000 new lists and
+    dicts, which would set off full collections over the whole heap, each holding the GIL (and so the
+    loop) for tens of ms. A parsed body holds no reference cycles: reference counting frees it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@dataclass(frozen=True, slots=True)
+class _Invalid:
+    """A body that is not valid: FastAPI's errors of it (None: JSON this parser does not read, too deeply
+    nested or not UTF-8, which FastAPI's handler answers)."""
+
+    errors: list[Any] | None
+
+
+def _parsed(raw: bytes, large: bool = False) -> Any:
+    """The body as FastAPI's handler parses it (`json.loads`), or _Invalid. `large`: its integral floats
+    read as ints (service/api/schemas.py FLOATS_READ_AS_INTS)."""
+    try:
+        return json.loads(raw, parse_float=json_number) if large else json.loads(raw)
+    except json.JSONDecodeError as e:  # FastAPI's error for it (fastapi.routing.get_request_handler)
+        error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error", "input": {}}
+        return _Invalid([{**error, "ctx": {"error": e.msg}}])
+    except Exception:
+        return _Invalid(None)
+
+
+def _validated(raw: bytes, body_field: Any, large: bool = False) -> Any:
+    """The body's value, as FastAPI's handler parses and validates one JSON body, or _Invalid."""
+    parsed = _parsed(raw, large)
+    if isinstance(parsed, _Invalid):
+        return parsed
+    token = FLOATS_READ_AS_INTS.set(large)
+    try:
+        value, errors = body_field.validate(parsed, {}, loc=("body",))
+    finally:
+        FLOATS_READ_AS_INTS.reset(token)
+    if not errors:
+        return value
+    # Without the wrong inputs (the 422 does not quote them; a too-long list's is the whole list): a large
+    # body is then freed here, on its thread, not on the loop once its 422 is sent.
+    return _Invalid([{k: v for k, v in e.items() if k != "input"} for e in errors])

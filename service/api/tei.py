@@ -19,6 +19,7 @@ from service.api.schemas import (
     EmbeddingInputs,
     Lenient,
     Text,
+    bounded,
     truncation_side,
 )
 from service.engine.classification import ClassificationJob, ClassificationService
@@ -48,7 +49,7 @@ class RerankRequest(Lenient):
     )
 
     query: Text
-    texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_CLIENT_BATCH_SIZE)]
+    texts: Annotated[list[Text], bounded(MAX_CLIENT_BATCH_SIZE)]
     truncate: bool = Field(False, description="cut a (query, text) pair past the model's limit instead of a 422")
     truncation_direction: AnyCaseTruncationSide = "right"
     raw_scores: bool = Field(False, description="the model's logit instead of its sigmoid")

@@ -13,12 +13,13 @@ from starlette.applications import Starlette
 
 from service.api.deps import EngineDep
 from service.api.errors import ApiError
+from service.api.lean_route import LeanRoute
 from service.api.responses import JSONBytes
-from service.api.schemas import NonEmptyText, Request, Response
+from service.api.schemas import NonEmptyText, Request, Response, bounded
 from service.api.worker_slots import WorkerSlots
 from service.engine.token_count import count_past
 
-router = APIRouter(tags=["tokenizer"])
+router = APIRouter(tags=["tokenizer"], route_class=LeanRoute)
 
 # A 1 MB prompt takes ~0.5 s to tokenize: on worker threads (encode_batch and decode_batch release the GIL,
 # encode and decode do not), two at a time (the container's 2 cores), a bounded number waiting. The
@@ -69,7 +70,7 @@ class DetokenizeRequest(Request):
     model_config = ConfigDict(json_schema_extra={"examples": [{"tokens": [42, 79, 261, 2787], "model": "generator"}]})
 
     model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]]
+    tokens: Annotated[list[Annotated[int, Field(ge=0)]], bounded(None, None)]
 
 
 class DetokenizeResponse(Response):
