@@ -75,4 +75,47 @@ ALTERNATING = (
     "{% endfor %}"
 )
 
-TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "zephyr": ZEPHYR, "alternating": ALTERNATING}
+# Qwen2.5-style ChatML with tools (Hermes tool calls): the tools as JSON lines in the system turn, an assistant's
+# calls as <tool_call> blocks with the arguments as JSON, tool results as <tool_response> blocks in a user turn.
+HERMES_TOOLS = (
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+    "{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}\n"
+    "    {{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}\n"
+    "    {%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}\n"
+    "    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == 'assistant' %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == 'tool' %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}"
+    "{{- '<|im_start|>user' }}{%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+)
+
+TEMPLATES = {
+    "chatml": CHATML, "llama3": LLAMA3, "zephyr": ZEPHYR, "alternating": ALTERNATING, "hermes_tools": HERMES_TOOLS
+}

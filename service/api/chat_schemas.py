@@ -1,6 +1,6 @@
 """The bodies of OpenAI's chat completions (`POST /v1/chat/completions`), which TGI and huggingface_hub's
-`chat_completion` speak too. What this server cannot do is refused by name: content parts other than text,
-tool calling."""
+`chat_completion` speak too, with OpenAI's tool calling (service/api/tool_calls.py). What this server cannot
+do is refused by name: content parts other than text."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from service.api.errors import FieldError
 from service.api.openai_schemas import CHOICES_RULE, OpenAIResponse, OpenAISampling
 from service.api.schemas import Request, Response, Usage, bounded
 
-ROLES = ("system", "user", "assistant", "developer")
+ROLES = ("system", "user", "assistant", "developer", "tool")
 # `model` values that name no model: TGI's own placeholder, and huggingface_hub's when its model is a URL.
 PLACEHOLDER_MODELS = ("tgi", "dummy")
 MAX_TOOLS = 128  # OpenAI's limit
+MAX_TOOL_CALLS = 128  # in one assistant message
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's rule for a function's name
 
 
 class ContentPart(Request):
@@ -46,14 +48,70 @@ class ContentPart(Request):
         return self
 
 
+class FunctionCall(Request):
+    name: str = Field(max_length=64)
+    arguments: str = Field(description="the arguments as a JSON object's text (the template gets the object)")
+
+
+class MessageToolCall(Request):
+    """A call an earlier assistant message made."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Request):
-    role: Literal["system", "user", "assistant", "developer"] = Field(
-        description="developer is rendered as system (OpenAI's name for it on newer models)"
+    role: Literal["system", "user", "assistant", "developer", "tool"] = Field(
+        description="developer is rendered as system (OpenAI's name for it on newer models); tool: a call's result"
     )
-    content: str | Annotated[list[ContentPart], bounded()] = Field(
-        description="text, or a list of text parts (joined with no separator)"
+    content: str | Annotated[list[ContentPart], bounded()] | None = Field(
+        None,
+        description="text, or a list of text parts (joined with no separator); null only for an assistant's tool calls",
     )
     name: str | None = None
+    tool_calls: Annotated[list[MessageToolCall], bounded(MAX_TOOL_CALLS, None)] | None = Field(
+        None, description="an assistant message's calls"
+    )
+    tool_call_id: str | None = Field(None, description="a tool message's: the call it answers")
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise FieldError("content", f"Field required: a {self.role} message needs its content")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise FieldError("tool_calls", "only an assistant message makes tool calls")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise FieldError("tool_call_id", "a tool message needs the id of the call it answers")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise FieldError("tool_call_id", "only a tool message answers a call")
+        return self
+
+
+class FunctionDefinition(Request):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments; absent: none")
+    strict: bool | None = Field(None, description="accepted: forced calls always follow the schema")
+
+
+class ToolDefinition(Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+    def template_form(self) -> dict[str, Any]:
+        """As apply_chat_template(tools=...) passes it to the template: the JSON-schema function dict."""
+        function = {k: v for k, v in self.function.model_dump(exclude_unset=True).items() if v is not None}
+        return {"type": "function", "function": function}
+
+
+class NamedFunction(Request):
+    name: str
+
+
+class NamedToolChoice(Request):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatCompletionRequest(OpenAISampling):
@@ -69,10 +127,6 @@ class ChatCompletionRequest(OpenAISampling):
                         "required": ["top_logprobs"],
                     },
                     "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
-                },
-                {
-                    "if": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
-                    "then": {"properties": {"tool_choice": {"const": "none"}}, "required": ["tool_choice"]},
                 },
                 CHOICES_RULE,
             ],
@@ -97,25 +151,41 @@ class ChatCompletionRequest(OpenAISampling):
     max_completion_tokens: int | None = Field(None, ge=1, description="beyond the context: clamped (finish 'length')")
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20, description="with logprobs: the most likely alternatives")
-    tools: Annotated[list[dict[str, Any]], bounded(MAX_TOOLS, None)] | None = Field(
-        None, description="only with tool_choice 'none' (no tool calls)"
+    tools: Annotated[list[ToolDefinition], bounded(MAX_TOOLS, None)] | None = Field(
+        None, description="functions the model may call, rendered by the chat template"
     )
-    tool_choice: Literal["none"] | None = Field(None, description="'none' only: tool calling is not supported")
-
-    @field_validator("tool_choice", mode="before")
-    @classmethod
-    def _no_tool_calls(cls, value: Any) -> Any:
-        if value is not None and value != "none":
-            raise ValueError(f"tool calling is not supported: only 'none', not {value!r}")
-        return value
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None,
+        description="default: auto with tools, none without; required and a named function are enforced by a "
+        "grammar; none: the tools are not rendered",
+    )
+    parallel_tool_calls: bool | None = Field(None, description="false: at most one call (default: any number)")
 
     @model_validator(mode="after")
     def _supported(self) -> ChatCompletionRequest:
-        if self.tools and self.tool_choice != "none":
-            raise FieldError("tools", "tool calling is not supported: send no tools, or tool_choice 'none'")
         if self.top_logprobs and not self.logprobs:
             raise FieldError("top_logprobs", "needs logprobs=true")
+        names = [tool.function.name for tool in self.tools or []]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldError(f"tools[{i}].function.name", f"{name!r} twice: function names must be unique")
+        if self.tool_choice not in (None, "none", "auto") and not self.tools:
+            raise FieldError("tool_choice", "a tool call needs tools to call: send tools")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            name = self.tool_choice.function.name
+            raise FieldError("tool_choice.function.name", f"no tool named {name!r} among tools")
+        if self.tool_mode in ("required", "named") and (constraint := self.constraint()) is not None:
+            field = constraint.field.split(".")[0]
+            raise FieldError(field, f"tool_choice forces a tool call, whose form is set: no {field} with it")
         return self
+
+    @property
+    def tool_mode(self) -> Literal["none", "auto", "required", "named"]:
+        if not self.tools or self.tool_choice == "none":
+            return "none"
+        if self.tool_choice is None:
+            return "auto"
+        return "named" if isinstance(self.tool_choice, NamedToolChoice) else self.tool_choice
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -143,16 +213,28 @@ class ChatLogprobs(Response):
     content: list[ChatTokenLogprob] | None
 
 
+class CalledFunction(Response):
+    name: str
+    arguments: str = Field(description="JSON text")
+
+
+class ToolCall(Response):
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatCompletionMessage(Response):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None = Field(description="null when the message is tool calls only")
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatChoice(Response):
     index: int
     message: ChatCompletionMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length", "error"]
+    finish_reason: Literal["stop", "length", "tool_calls", "error"]
 
 
 class ChatCompletionResponse(OpenAIResponse):

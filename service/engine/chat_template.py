@@ -65,12 +65,14 @@ def check_template_source(source: str, special_tokens: dict[str, str], timeout_s
         process.close()
 
 
-def _variables(messages: list[dict[str, Any]], special_tokens: dict[str, str]) -> dict[str, Any]:
+def _variables(
+    messages: list[dict[str, Any]], special_tokens: dict[str, str], tools: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         **special_tokens,
         "messages": messages,
         "add_generation_prompt": True,
-        "tools": None,
+        "tools": tools,  # as apply_chat_template(tools=...): the JSON-schema function dicts, or None
         "documents": None,
     }
 
@@ -86,6 +88,7 @@ class ChatTemplate:
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         self.special_tokens = dict(spec.special_tokens)
+        self.source = spec.source  # read for the model's tool-call format (service/api/tool_calls.py)
         self.max_chars = max_chars
         self.process = TemplateProcess(spec.source, timeout_s, memory_bytes)
         try:
@@ -93,12 +96,12 @@ class ChatTemplate:
         except TemplateBoundsError as exc:
             raise ArtifactError(f"{spec.file}: {exc}") from None  # at start-up: one line and an exit
 
-    def render(self, messages: list[dict[str, Any]]) -> str:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt text (special tokens as text: tokenize it without adding any). A template that refuses
         the messages (`raise_exception`, a missing key, a sandbox violation, a limit) is the request's fault:
         a 422 quoting the template's message, never a 500."""
         try:
-            return self.process.render(_variables(messages, self.special_tokens), self.max_chars)
+            return self.process.render(_variables(messages, self.special_tokens, tools), self.max_chars)
         except SandboxRefusal as exc:
             raise InvalidInput(_WHY.get(exc.kind, _WHY[TEMPLATE_ERROR]).format(exc.message), "messages") from None
 

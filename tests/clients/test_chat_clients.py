@@ -4,6 +4,8 @@ and the 400 they get from a model without a chat template."""
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from huggingface_hub import InferenceClient
@@ -70,12 +72,34 @@ def test_openai_errors_name_the_field(client: openai.OpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as bad_regex:
         client.chat.completions.create(model="chat", messages=MESSAGES, extra_body={"guided_regex": "(unclosed"})
     assert bad_regex.value.param == "guided_regex"
-    tool: ChatCompletionFunctionToolParam = {
-        "type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
-    }
     with pytest.raises(openai.UnprocessableEntityError) as tools:
-        client.chat.completions.create(model="chat", messages=MESSAGES, tools=[tool])
-    assert tools.value.param == "tools"
+        client.chat.completions.create(model="chat", messages=MESSAGES, tools=[TOOL],
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert tools.value.param == "tool_choice.function.name"
+
+
+TOOL: ChatCompletionFunctionToolParam = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"unit": {"enum": ["C", "F"]}}, "required": ["unit"],
+    "additionalProperties": False}}}
+
+
+def test_openai_tool_call(client: openai.OpenAI) -> None:
+    """A named function with the SDK's types: its call, parsed from the model's Llama 3 JSON (the ChatML
+    template writes no <tool_call>), whole and streamed."""
+    completion = client.chat.completions.create(
+        model="chat", messages=MESSAGES, tools=[TOOL], seed=2,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    (choice,) = completion.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments)["unit"] in ("C", "F")
+    stream = client.chat.completions.create(
+        model="chat", messages=MESSAGES, tools=[TOOL], seed=2, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    deltas = [d for c in stream for d in c.choices[0].delta.tool_calls or []]
+    assert [(d.index, d.function.name, d.function.arguments) for d in deltas if d.function] == [
+        (0, "get_weather", call.function.arguments)]
 
 
 def test_langchain_chat_openai_invoke_and_stream(chat_server: Server) -> None:

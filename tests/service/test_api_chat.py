@@ -164,11 +164,12 @@ async def test_unknown_model_is_a_404(chat: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "param", "words"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", ["tool calling is not supported"]),
-        ({"tool_choice": "auto"}, "tool_choice", ["tool calling is not supported"]),
-        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", ["not supported"]),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+          "response_format": {"type": "json_object"}}, "response_format", ["forces a tool call"]),
+        ({"tool_choice": "required"}, "tool_choice", ["needs tools"]),
+        ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice", ["needs tools"]),
         ({"messages": []}, "messages", ["at least 1"]),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", ["'developer'"]),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id", ["the id of the call"]),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", ["'user'"]),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}]},
          "messages[0].content[0].type", ["'image_url'", "text parts only"]),
