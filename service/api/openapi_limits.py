@@ -182,9 +182,9 @@ def _item_limits(components: dict[str, Schema], engine: Engine) -> None:
                              ("EmbeddingRequest", "input"), ("EmbedRequest", "inputs"), ("RerankRequest", "texts"),
                              ("FeatureExtractionRequest", "inputs")):  # fmt: skip
         for array in _item_lists(_prop(components, component, field) or {}):
-            array["maxItems"] = most
+            array["maxItems"] = min(most, array.get("maxItems", most))  # the schema's own ceiling (MAX_ITEMS)
     for array in _arrays(_prop(components, "SimilarityInputs", "sentences") or {}):  # the source sentence is one more
-        array["maxItems"] = most - 1
+        array["maxItems"] = min(most - 1, array.get("maxItems", most))
     for branch in _choice_branches(components.get("CompletionRequest") or {}):  # prompts x n <= the queue
         n = branch["properties"]["n"]["const"]
         if n > 1:

@@ -241,3 +241,19 @@ def test_every_request_list_is_bounded() -> None:
     for model in models:
         walk(model.__pydantic_core_schema__, model.__name__)
     assert not unbounded, unbounded
+
+
+async def test_the_document_states_the_lower_of_the_queue_and_the_schemas_ceiling(serving) -> None:
+    for queue, most in ((64, 64), (4 * MAX_ITEMS, MAX_ITEMS)):
+        async with serving(max_queue_size=queue) as s:
+            schemas = s.app.openapi()["components"]["schemas"]
+            for component, field in (("ClassifyRequest", "text"), ("SimilarityInputs", "sentences")):
+                arrays = [
+                    m
+                    for m in schemas[component]["properties"][field].get(
+                        "anyOf", [schemas[component]["properties"][field]]
+                    )
+                    if m.get("type") == "array"
+                ]
+                expected = most - 1 if component == "SimilarityInputs" and most == queue else most
+                assert arrays and {a["maxItems"] for a in arrays} == {expected}, (queue, component, arrays)
