@@ -1,13 +1,15 @@
 """Hugging Face protocols, so `huggingface_hub.InferenceClient` (and TGI/TEI clients) work as they are:
 
 - TGI's `GET /info` (its generate routes: service/api/tgi.py);
-- `POST /` and `POST /models/{name}` dispatch by the model's task, taking the Inference API's
+- `POST /models/{name}` answers in the model's task, taking the Inference API's
   `{"inputs": ..., "parameters": ...}`: text-generation (TGI's shape; a list back, or a stream),
   text-classification (`[[{label, score}, ...]]`), translation (`[{translation_text}]`), and for an
   embedding model feature-extraction and sentence-similarity (service/api/hf_embeddings.py). A request
-  shaped for a task the model does not serve is a 422 naming the model's tasks (service/api/hf_tasks.py);
+  that names a task the model does not serve is a 422 naming the model's tasks (service/api/hf_tasks.py);
   `POST /models/{name}/pipeline/{task}` names the task in the URL, as the Inference API does.
-  `POST /` is the default model (the generator where it is loaded); `GET /models/{name}/info` and
+  `POST /` is the default model (the generator where it is loaded) for a body that names its task: a body
+  that several tasks' clients send alike is a 422 there, naming the models' URLs. An `Accept` that takes
+  neither JSON nor events (text_to_image's `image/png`) is a 406. `GET /models/{name}/info` and
   `/models/{name}/health` answer for one model; `/info` adds TEI's fields (service/api/tei.py).
 
 Unknown fields in `parameters` are ignored, as TGI and the Inference API do; a known one that this
@@ -32,7 +34,14 @@ from service.api.hf_embeddings import (
     feature_extraction,
     sentence_similarity,
 )
-from service.api.hf_tasks import check_task, served_tasks, wrong_task
+from service.api.hf_tasks import (
+    check_accept,
+    check_root,
+    check_task,
+    naming_schema,
+    served_tasks,
+    wrong_task,
+)
 from service.api.lean_route import LeanRoute
 from service.api.sampling import translation_params
 from service.api.schemas import (
@@ -72,7 +81,11 @@ class ClassificationParameters(Lenient):
 
 class ClassificationRequest(Lenient):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"inputs": "A wonderful, moving film.", "parameters": {"top_k": 2}}]}
+        json_schema_extra={
+            "examples": [
+                {"inputs": "A wonderful, moving film.", "parameters": {"top_k": 2, "function_to_apply": "softmax"}}
+            ]
+        }
     )
 
     inputs: Text | TextPair | Annotated[list[Text | TextPair], bounded()]
@@ -102,7 +115,10 @@ class TranslationRequest(Lenient):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"inputs": "The Lord is my shepherd.", "parameters": {"generate_parameters": {"num_beams": 4}}}
+                {
+                    "inputs": "The Lord is my shepherd.",
+                    "parameters": {"src_lang": "en", "tgt_lang": "fr", "generate_parameters": {"num_beams": 4}},
+                }
             ]
         }
     )
@@ -155,9 +171,48 @@ DISPATCH_BODIES: dict[str, type[BaseModel]] = {
 }
 
 
+def _naming(model: type[BaseModel], task: str) -> dict[str, Any]:
+    """`model`'s schema extras, and that the body names its task (what POST / answers: hf_tasks.check_root)."""
+    extra = model.model_config.get("json_schema_extra")
+    return {**(extra if isinstance(extra, dict) else {}), "allOf": [naming_schema(served_tasks(task))]}
+
+
+class RootTgiRequest(TgiRequest):
+    model_config = ConfigDict(json_schema_extra=_naming(TgiRequest, "generation"))
+
+
+class RootClassificationRequest(ClassificationRequest):
+    model_config = ConfigDict(json_schema_extra=_naming(ClassificationRequest, "classification"))
+
+
+class RootTranslationRequest(TranslationRequest):
+    model_config = ConfigDict(json_schema_extra=_naming(TranslationRequest, "translation"))
+
+
+class RootEmbeddingModelRequest(EmbeddingModelRequest):
+    model_config = ConfigDict(json_schema_extra=_naming(EmbeddingModelRequest, "embedding"))
+
+
+# POST /'s body in the OpenAPI document, by the default model's task: its DISPATCH_BODIES one, naming its task.
+ROOT_BODIES: dict[str, type[BaseModel]] = {
+    "generation": RootTgiRequest,
+    "classification": RootClassificationRequest,
+    "translation": RootTranslationRequest,
+    "embedding": RootEmbeddingModelRequest,
+}
+
+
+def _models_by_task(engine: Engine) -> dict[str, list[str]]:
+    """Each Inference API task and the served models that answer it, the default first."""
+    models: dict[str, list[str]] = {}
+    for name, service in engine.served().items():
+        for task in served_tasks(service.artifact.task):
+            models.setdefault(task, []).append(name)
+    return models
+
+
 async def _dispatch(engine: Engine, service: Service, payload: Any, request: Request, task: str | None = None) -> Any:
     """`task`: the Inference API task the URL names (one the model serves); else the body's shape tells."""
-    check_task(service.name, served_tasks(service.artifact.task), payload)
     if isinstance(service, GenerationService):
         return await tgi_answer(engine, service, validated(TgiRequest, payload), request, as_list=True)
     if isinstance(service, ClassificationService):
@@ -175,32 +230,54 @@ _PAYLOAD = Body(
     description="`{inputs, parameters}`: TGI's generate request for a generator, the Inference API's "
     "text-classification, translation, feature-extraction or sentence-similarity request for the others"
 )
-
-
-@router.post("/", summary="The default model (the generator where loaded), by its task", responses=TGI_STREAM_DOC)
-async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    return await _dispatch(engine, engine.resolve(None), payload, request)
+_WRONG_TASK = "A body (or an `Accept` header) that asks for a task this model does not serve: 422 (406) naming it"
+_ROOT = (
+    "A body that several tasks' clients send alike (huggingface_hub's `parameters: {}`, or no `parameters`) "
+    "is a 422 naming the served models' URLs; one that names another task, a 422 naming it."
+)
 
 
 @router.post(
-    "/models/{name}", summary="One model, by its task (the Inference API's URL shape)", responses=TGI_STREAM_DOC
+    "/",
+    summary="The default model (the generator where loaded), for a body that names its task",
+    description=_ROOT,
+    responses=TGI_STREAM_DOC,
+)
+async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
+    check_accept(request.headers.get("accept"))
+    service = engine.resolve(None)
+    check_root(service.name, served_tasks(service.artifact.task), payload, _models_by_task(engine))
+    return await _dispatch(engine, service, payload, request)
+
+
+@router.post(
+    "/models/{name}",
+    summary="One model, by its task (the Inference API's URL shape)",
+    description=_WRONG_TASK + "; a body that names no task gets the model's own.",
+    responses=TGI_STREAM_DOC,
 )
 async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    return await _dispatch(engine, engine.resolve(name, field="name"), payload, request)
+    check_accept(request.headers.get("accept"))
+    service = engine.resolve(name, field="name")
+    check_task(name, served_tasks(service.artifact.task), payload, _models_by_task(engine))
+    return await _dispatch(engine, service, payload, request)
 
 
 @router.post(
     "/models/{name}/pipeline/{task}",
     summary="One model, for the Inference API task the URL names (422 naming the model's tasks for another)",
+    description=_WRONG_TASK + ", or one the URL does not name.",
     responses=TGI_STREAM_DOC,
 )
 async def by_model_task(
     name: str, task: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]
 ) -> Any:
+    check_accept(request.headers.get("accept"))
     service = engine.resolve(name, field="name")
     served = served_tasks(service.artifact.task)
     if task not in served:
         raise wrong_task(name, served, task, "task")
+    check_task(name, (task,), payload, _models_by_task(engine))
     return await _dispatch(engine, service, payload, request, task)
 
 

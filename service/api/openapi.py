@@ -25,7 +25,7 @@ from pydantic.json_schema import models_json_schema
 from contract.kinds import TASKS
 from service.api.chat import PATH as CHAT_PATH
 from service.api.chat import chat_models
-from service.api.hf import DISPATCH_BODIES
+from service.api.hf import DISPATCH_BODIES, ROOT_BODIES
 from service.api.hf_embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
 from service.api.hf_tasks import served_tasks
 from service.api.models import summary
@@ -97,7 +97,8 @@ def _body(ref: str | dict[str, Any]) -> dict[str, Any]:
 
 def add_dispatch_bodies(schema: dict[str, Any]) -> None:
     """POST / and POST /models/{name}: the request of any task (refined by `add_model_limits`)."""
-    _, definitions = models_json_schema([(m, "validation") for m in DISPATCH_BODIES.values()], ref_template=REF)
+    bodies = [*DISPATCH_BODIES.values(), *ROOT_BODIES.values()]
+    _, definitions = models_json_schema([(m, "validation") for m in bodies], ref_template=REF)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name, definition in definitions.get("$defs", {}).items():
         components.setdefault(name, definition)
@@ -162,13 +163,13 @@ def _example_token_ids(components: dict[str, Any], engine: Engine) -> None:
 
 
 def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
-    """POST /: its default model's request; POST /models/{name}: one operation per served model."""
+    """POST /: its default model's request, naming its task; POST /models/{name}: one operation per served model."""
     paths: dict[str, Any] = schema["paths"]
     by_name = engine.served()
     root = paths.get("/", {}).get("post")
     if root is not None and by_name:
         default = next(iter(by_name.values()))
-        root["requestBody"] = _body(DISPATCH_BODIES[default.artifact.task].__name__)
+        root["requestBody"] = _body(ROOT_BODIES[default.artifact.task].__name__)  # naming its task
     templated = paths.get("/models/{name}", {}).get("post")
     if templated is None or not by_name:
         return

@@ -180,7 +180,8 @@ def _item_limits(components: dict[str, Schema], engine: Engine) -> None:
     for component, field in (("TranslateRequest", "text"), ("ClassifyRequest", "text"), ("CompletionRequest", "prompt"),
                              ("TranslationRequest", "inputs"), ("ClassificationRequest", "inputs"),
                              ("EmbeddingRequest", "input"), ("EmbedRequest", "inputs"), ("RerankRequest", "texts"),
-                             ("FeatureExtractionRequest", "inputs")):  # fmt: skip
+                             ("FeatureExtractionRequest", "inputs"), ("RootTranslationRequest", "inputs"),
+                             ("RootClassificationRequest", "inputs")):  # fmt: skip
         for array in _item_lists(_prop(components, component, field) or {}):
             array["maxItems"] = min(most, array.get("maxItems", most))  # the schema's own ceiling (MAX_ITEMS)
     for array in _arrays(_prop(components, "SimilarityInputs", "sentences") or {}):  # the source sentence is one more

@@ -167,6 +167,10 @@ WRONG_TASKS = [
      "parameters.generate_parameters", "summarization or translation"),
     ("embedder", {"inputs": "hi", "parameters": {}}, "parameters", "text-generation, text-classification, "
      "token-classification, fill-mask, summarization, translation or text-to-speech"),
+    ("embedder", {"inputs": "hi", "normalize": None, "parameters": {}}, "parameters", "text-generation, "
+     "text-classification, token-classification, fill-mask, summarization, translation or text-to-speech"),
+    ("embedder", {"inputs": "hi", "parameters": {"future_flag": 1}}, "parameters.future_flag", "text-generation, "
+     "text-classification, token-classification, fill-mask, summarization, translation or text-to-speech"),
     ("embedder", {"inputs": "hi", "parameters": {"top_k": 2}}, "parameters.top_k",
      "text-generation, text-classification, fill-mask or question-answering"),
     ("embedder", {"inputs": "hi", "parameters": {"function_to_apply": "softmax"}},
@@ -297,7 +301,9 @@ def answer_tasks(r: httpx.Response) -> set[str]:
 
 
 @pytest.fixture
-async def every_task(make_settings: Callable[..., Settings], tiny_artifacts_with_encoders: Path) -> AsyncIterator[Served]:
+async def every_task(
+    make_settings: Callable[..., Settings], tiny_artifacts_with_encoders: Path
+) -> AsyncIterator[Served]:
     settings = make_settings(artifacts_dir=tiny_artifacts_with_encoders,
                              models=["generator", "translator", "classifier", "embedder"])  # fmt: skip
     async with serve(settings) as s:
