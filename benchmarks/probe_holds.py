@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from harness.reliability.harness import LocalServer, rss_mb
-from harness.reliability.traffic import TOKENIZE_PROMPT, health_timer
+from harness.reliability.bursts import TOKENIZE_PROMPT
+from harness.reliability.harness import LocalServer, health_timer, rss_mb
 
 REVIEW = "a very long and quite repetitive review of a film "
 

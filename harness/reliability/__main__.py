@@ -1,6 +1,8 @@
 """Run the reliability suite and write its figures.
 
-    python -m harness.reliability                      # every section against servers started here,
+    python -m harness.reliability                      # every section against servers started here (the
+                                                     # committed artifacts and the suite's chat model and
+                                                     # reranker, built on first use: the train extra),
                                                      # JSON to bench_results/reliability.json
     python -m harness.reliability --doc                # also rewrite the table in docs/testing.md
     python -m harness.reliability --url http://127.0.0.1:8000 --container CID \\
@@ -19,18 +21,22 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from harness.reliability import sections
-from harness.reliability.harness import OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
+from harness.reliability.harness import ARTIFACTS, OVERLOAD_SETTINGS, REPO, SUITE_SETTINGS, LocalServer, Target
+from harness.reliability.memory import MEMORY_SETTINGS
 from harness.reliability.report import DOC, DOC_BEGIN, DOC_END, table
+from harness.reliability.suite_models import link_models, suite_models
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
-ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "disconnects", "soak")
-ALL = (*ON_SERVER, "overload", "sigterm", "artifacts", "faults", "slow_clients", "stuck_drain", "stuck_readers")
+ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "list_bombs", "disconnects", "soak")
+ALL = (*ON_SERVER, "memory", "chat_templates", "overload", "sigterm", "artifacts", "faults", "slow_clients",
+       "stuck_drain", "stuck_readers")  # fmt: skip
 # These end the server they run against: they run last.
 CONSUMING = ("sigterm", "stuck_drain")
 
@@ -38,11 +44,26 @@ CONSUMING = ("sigterm", "stuck_drain")
 async def run_local(names: list[str], soak_s: float, examples: int) -> list[sections.Outcome]:
     outcomes = []
     shared = [n for n in ON_SERVER if n in names]
-    if shared:
-        with LocalServer() as server:
-            target = server.wait_ready()
-            for name in shared:
-                outcomes.append(await _run(name, target, soak_s, examples))
+    with tempfile.TemporaryDirectory() as folder:
+        needs_models = shared or "memory" in names
+        served = link_models(Path(folder) / "served", suite_models()) if needs_models else ARTIFACTS
+        if shared:
+            with LocalServer(served) as server:
+                target = server.wait_ready()
+                for name in shared:
+                    outcomes.append(await _run(name, target, soak_s, examples))
+        if "memory" in names:
+            with LocalServer(served, base=SUITE_SETTINGS | MEMORY_SETTINGS) as server:
+                outcomes.append(await sections.memory(server.wait_ready()))
+    if "chat_templates" in names:
+        outcomes.append(await sections.chat_templates(suite_models()))
+    outcomes += await _own_servers(names)
+    return outcomes
+
+
+async def _own_servers(names: list[str]) -> list[sections.Outcome]:
+    """The sections that start servers of their own, on the committed artifacts."""
+    outcomes = []
     if "overload" in names:
         with LocalServer(base=SUITE_SETTINGS | OVERLOAD_SETTINGS) as server:
             outcomes.append(await sections.overload(server.wait_ready()))
@@ -73,6 +94,8 @@ async def _run(name: str, target: Target, soak_s: float, examples: int) -> secti
         return await sections.soak(target, seconds=soak_s)
     if name == "sigterm":
         return await sections.sigterm(target)
+    if name == "chat_templates":  # servers of its own, whatever the target
+        return await sections.chat_templates(suite_models())
     section: Callable[[Target], Awaitable[sections.Outcome]] = getattr(sections, name)
     return await section(target)
 

@@ -5,6 +5,7 @@ it SIGTERM). Plus the small HTTP and /metrics helpers the sections share."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -13,10 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -47,6 +49,16 @@ def rss_mb(pid: int) -> float:
     """Resident set size of a process, from /proc (Linux)."""
     match = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
     return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and its children (the front ends of SERVE_API_PROCESSES > 1), from /proc."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = rss_mb(pid)
+    for child in children:
+        with contextlib.suppress(OSError):  # a child that just exited
+            total += rss_mb(int(child))
+    return total
 
 
 def wait_until_ready(proc: subprocess.Popen[Any], url: str, timeout: float, poll_s: float,
@@ -159,6 +171,16 @@ def is_error_shape(body: Any) -> bool:
     return isinstance(error, dict) and isinstance(error.get("type"), str) and isinstance(error.get("message"), str)
 
 
+def is_tei_error_shape(body: Any) -> bool:
+    """TEI's error body, on /embed and /rerank: {"error": message, "error_type": kind}."""
+    return isinstance(body, dict) and isinstance(body.get("error"), str) and isinstance(body.get("error_type"), str)
+
+
+def error_shaped(path: str, body: Any) -> bool:
+    """The error shape `path` answers with: TEI's on its routes, ours (or OpenAI's) everywhere else."""
+    return is_tei_error_shape(body) if path in ("/embed", "/rerank") else is_error_shape(body)
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -258,6 +280,45 @@ def client(target_url: str, connections: int = 100, timeout: float = 120.0) -> h
 
 
 async def model_ids(http: httpx.AsyncClient) -> dict[str, str]:
-    """task -> served model id (from /v1/models)."""
+    """task -> the served model that answers requests naming none (from /v1/models)."""
     data = (await http.get("/v1/models")).json()["data"]
-    return {m["task"]: m["id"] for m in data}
+    return {m["task"]: m["id"] for m in data if m.get("default", True)}
+
+
+async def served(http: httpx.AsyncClient) -> set[str]:
+    """The ids of the served models."""
+    return {m["id"] for m in (await http.get("/v1/models")).json()["data"]}
+
+
+# /health is timed from a process of its own: a client that reads megabytes of maps or writes megabytes of
+# bodies in the same event loop (or the same interpreter) would time itself, not the server.
+_HEALTH_TIMER = """
+import http.client, select, sys, time
+conn, worst = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=float(sys.argv[4])), 0.0
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], float(sys.argv[3]))[0]:
+    started = time.perf_counter()
+    conn.request("GET", "/health")
+    conn.getresponse().read()
+    worst = max(worst, time.perf_counter() - started)
+print(worst, flush=True)
+"""
+
+
+@contextlib.contextmanager
+def health_timer(url: str, every_s: float = 0.02, limit_s: float = 60.0) -> Iterator[list[float]]:
+    """GET /health every `every_s` while the block runs; the worst time (s) is in the yielded list after it:
+    inf where a request failed or took longer than `limit_s`."""
+    address = urlsplit(url)
+    host, port = address.hostname or "127.0.0.1", str(address.port or 80)
+    timer = subprocess.Popen(
+        [sys.executable, "-c", _HEALTH_TIMER, host, port, str(every_s), str(limit_s)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert timer.stdout is not None and timer.stdout.readline().strip() == "ready"
+    worst: list[float] = []
+    try:
+        yield worst
+    finally:
+        out, _ = timer.communicate("stop\n", timeout=limit_s + 30)
+        worst.append(float(out.strip() or "inf"))  # nothing printed: the timer failed (no server to ask)

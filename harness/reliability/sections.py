@@ -2,14 +2,20 @@
 with bounded loops, and returns an Outcome: its figures, and what failed (an empty list is a pass).
 
 The sections that need to start servers of their own (mismatched artifacts, injected faults) take no
-target. tests/reliability/test_reliability.py runs them all in CI; `python -m harness.reliability`
-runs them and writes the JSON report and the table in docs/testing.md; harness/deploy/run.sh runs `load` and
-`sigterm` against the container."""
+target; chat_templates takes the folder of the suite's own models (harness/reliability/suite_models.py),
+which the shared server serves beside the committed artifacts. tests/reliability/test_reliability.py runs
+them all in CI; `python -m harness.reliability` runs them and writes the JSON report and the table in
+docs/testing.md; harness/deploy/run.sh runs `load` and `sigterm` against the container."""
 
-from harness.reliability.contract import bad_input, schemathesis
+from harness.reliability.bad_input import bad_input
+from harness.reliability.bombs import list_bombs
+from harness.reliability.bursts import attention, tokenize
+from harness.reliability.contract import schemathesis
 from harness.reliability.faults import artifacts, faults, sigterm
 from harness.reliability.harness import Outcome
-from harness.reliability.traffic import attention, disconnects, load, overload, soak, tokenize
+from harness.reliability.memory import memory
+from harness.reliability.templates import chat_templates
+from harness.reliability.traffic import disconnects, load, overload, soak
 from harness.reliability.transport import slow_clients, stuck_drain, stuck_readers
 
 __all__ = [
@@ -17,9 +23,12 @@ __all__ = [
     "artifacts",
     "attention",
     "bad_input",
+    "chat_templates",
     "disconnects",
     "faults",
+    "list_bombs",
     "load",
+    "memory",
     "overload",
     "schemathesis",
     "sigterm",

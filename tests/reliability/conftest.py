@@ -15,6 +15,7 @@ from harness.reliability.__main__ import write_report
 from harness.reliability.harness import REPO, SUITE_SETTINGS, LocalServer, Target
 from harness.reliability.report import table
 from harness.reliability.sections import Outcome
+from harness.reliability.suite_models import link_models, suite_models
 
 OUTCOMES: list[Outcome] = []
 
@@ -26,10 +27,24 @@ def api_processes(request: pytest.FixtureRequest) -> str:
     return processes
 
 
+@pytest.fixture(scope="session")
+def suite_models_dir(request: pytest.FixtureRequest) -> Path:
+    """The suite's chat model and reranker (harness/reliability/suite_models.py), built once per source
+    version and kept in pytest's cache beside the tests' imported checkpoints."""
+    return suite_models(Path(request.config.cache.mkdir("reliability-models")))
+
+
+@pytest.fixture(scope="session")
+def served_artifacts(suite_models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed artifacts and the suite's own models in one folder (links)."""
+    return link_models(tmp_path_factory.mktemp("reliability") / "served", suite_models_dir)
+
+
 @pytest.fixture(scope="package")
-def suite_server(api_processes: str) -> Iterator[Target]:
-    """One server (the committed artifacts, the suite's small limits) for the sections that share it."""
-    with LocalServer(SERVE_API_PROCESSES=api_processes) as server:
+def suite_server(api_processes: str, served_artifacts: Path) -> Iterator[Target]:
+    """One server (the committed artifacts, the suite's chat model and reranker, the suite's small limits)
+    for the sections that share it."""
+    with LocalServer(served_artifacts, SERVE_API_PROCESSES=api_processes) as server:
         yield server.wait_ready()
 
 

@@ -1,12 +1,15 @@
-"""The reliability suite (issue 12) in CI: loopback only, bounded loops, a few minutes on 2 cores.
-Each test runs one section of harness/reliability/sections.py and fails on any of its failures."""
+"""The reliability suite (issues 12 and 45) in CI: loopback only, bounded loops, a few minutes on 2 cores.
+Each test runs one section of harness/reliability/sections.py and fails on any of its failures. The shared
+server serves the suite's chat model and reranker too (built at test time: conftest.py)."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from harness.reliability import sections
 from harness.reliability.harness import OVERLOAD_SETTINGS, SUITE_SETTINGS, LocalServer, Target
+from harness.reliability.memory import MEMORY_SETTINGS
 from harness.reliability.sections import Outcome
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
@@ -45,6 +48,11 @@ async def test_tokenize_bursts(suite_server: Target, api_processes: str, record:
     assert passed(outcome, record, api_processes), outcome.failures
 
 
+async def test_list_bombs(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
+    outcome = await sections.list_bombs(suite_server)
+    assert passed(outcome, record, api_processes), outcome.failures
+
+
 async def test_disconnects(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.disconnects(suite_server)
     assert passed(outcome, record, api_processes), outcome.failures
@@ -53,6 +61,18 @@ async def test_disconnects(suite_server: Target, api_processes: str, record: lis
 async def test_soak(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
     outcome = await sections.soak(suite_server, seconds=SOAK_S)
     assert passed(outcome, record, api_processes), outcome.failures
+
+
+async def test_memory_after_bursts(served_artifacts: Path, record: list[Outcome]) -> None:
+    """In one process (the bursts' cost is the generations, not the front end)."""
+    with LocalServer(served_artifacts, base=SUITE_SETTINGS | MEMORY_SETTINGS) as server:
+        outcome = await sections.memory(server.wait_ready())
+    assert passed(outcome, record), outcome.failures
+
+
+async def test_malicious_chat_templates(suite_models_dir: Path, record: list[Outcome]) -> None:
+    outcome = await sections.chat_templates(suite_models_dir)
+    assert passed(outcome, record), outcome.failures
 
 
 async def test_overload(api_processes: str, record: list[Outcome]) -> None:
