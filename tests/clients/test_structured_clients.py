@@ -69,3 +69,27 @@ def test_huggingface_hub_chat_completion_with_a_json_schema(chat_server: Server)
     messages = [dict(m) for m in MESSAGES]
     output = client.chat_completion(messages=messages, response_format=response_format, max_tokens=64, seed=2)
     Person.model_validate_json(output.choices[0].message.content or "")
+
+
+class Mood(BaseModel):
+    """A tool small enough for the tiny model's context of 128 tokens."""
+
+    mood: Literal["happy", "sad"]
+
+
+@pytest.mark.parametrize("tool_choice", ["Mood", "any"])
+def test_langchain_bind_tools_with_tool_choice(chat_server: Server, tool_choice: str) -> None:
+    """A named tool and "any" (OpenAI's required): a call whose arguments LangChain parses and the tool's
+    schema validates; the call and its result then go back as an AIMessage and a ToolMessage."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    llm = ChatOpenAI(base_url=f"{chat_server.url}/v1", api_key=SecretStr("unused"), model="chat", max_retries=0,
+                     temperature=1.0, seed=3)
+    bound = llm.bind_tools([Mood], tool_choice=tool_choice, parallel_tool_calls=False)
+    question = HumanMessage("Describe a person.")
+    reply = bound.invoke([question])
+    (call,) = reply.tool_calls
+    assert call["name"] == "Mood" and reply.response_metadata["finish_reason"] == "tool_calls"
+    Mood.model_validate(call["args"])
+    answer = llm.invoke([question, reply, ToolMessage("ok", tool_call_id=call["id"] or "")])
+    assert isinstance(answer.content, str)
