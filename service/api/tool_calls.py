@@ -97,8 +97,8 @@ def _alternatives(functions: list[Function], arguments_key: str, wrap: tuple[str
     rules = [f"call: {' | '.join(f'call_{i}' for i in range(len(functions)))}"]
     for i, function in enumerate(functions):
         schema = json.dumps(_call_schema(function, arguments_key))
-        before, after = (json.dumps(w) if w else "" for w in wrap)
-        rules.append(f"call_{i}: {before} args_{i} {after}".replace("  ", " ").strip())
+        parts = [json.dumps(wrap[0]) if wrap[0] else "", f"args_{i}", json.dumps(wrap[1]) if wrap[1] else ""]
+        rules.append(f"call_{i}: " + " ".join(p for p in parts if p))
         rules.append(f"args_{i}: %json {schema}")
     return "\n".join(rules)
 
