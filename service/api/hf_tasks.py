@@ -76,8 +76,11 @@ def served_tasks(task: str) -> tuple[str, ...]:
     return (TASKS[task].pipeline_tag, *EXTRA_TASKS.get(task, ()))
 
 
-def _by_key(key: str) -> frozenset[str]:
-    return frozenset(task for task, keys in PARAMETERS.items() if key in keys)
+# Each `parameters` key some task takes, and those tasks (a lookup: a body may hold many unknown keys).
+_KEY_TASKS: dict[str, frozenset[str]] = {
+    key: frozenset(task for task, keys in PARAMETERS.items() if key in keys)
+    for key in sorted(set().union(*PARAMETERS.values()))
+}
 
 
 def signals(payload: Mapping[str, Any]) -> list[Told]:
@@ -88,7 +91,7 @@ def signals(payload: Mapping[str, Any]) -> list[Told]:
         found += [Told(frozenset({task}), f"inputs.{key}") for key, task in INPUT_TASKS.items() if key in inputs]
     found += [Told(frozenset({task}), key) for key, task in TOP_LEVEL_TASKS.items() if key in payload]
     if isinstance(parameters, Mapping):
-        found += [Told(_by_key(key), f"parameters.{key}") for key in parameters if _by_key(key)]
+        found += [Told(_KEY_TASKS[key], f"parameters.{key}") for key in parameters if key in _KEY_TASKS]
     return found
 
 
@@ -148,10 +151,10 @@ def _foreign_parameters(payload: Mapping[str, Any]) -> Told | None:
     parameters = payload.get("parameters")
     if not isinstance(parameters, Mapping) or isinstance(payload.get("inputs"), Mapping):
         return None
-    foreign = [key for key in parameters if key not in FEATURE_EXTRACTION_OPTIONS and not _by_key(key)]
-    if parameters and not foreign:
+    foreign = next((key for key in parameters if key not in _KEY_TASKS), None)
+    if parameters and foreign is None:
         return None
-    field = f"parameters.{foreign[0]}" if foreign else "parameters"
+    field = "parameters" if foreign is None else f"parameters.{foreign}"
     return Told(frozenset(BARE_TASKS), field, "; feature_extraction sends its options at the top level")
 
 
@@ -213,7 +216,7 @@ def naming_schema(served: Sequence[str]) -> dict[str, Any]:
     def one_of_keys(keys: list[str]) -> dict[str, Any]:
         return {"type": "object", "anyOf": [{"required": [key]} for key in keys]}
 
-    own = sorted(key for key in set().union(*PARAMETERS.values()) if _by_key(key) <= set(served))
+    own = sorted(key for key, tasks in _KEY_TASKS.items() if tasks <= set(served))
     ways: list[dict[str, Any]] = [{"required": [key]} for key, task in TOP_LEVEL_TASKS.items() if task in served]
     if own:
         ways.append({"required": ["parameters"], "properties": {"parameters": one_of_keys(own)}})
