@@ -13,7 +13,8 @@
   `/models/{name}/health` answer for one model; `/info` adds TEI's fields (service/api/tei.py).
 
 Unknown fields in `parameters` are ignored, as TGI and the Inference API do; a known one that this
-server cannot honour (grammar, watermark, best_of > 1, typical_p, adapters) is a 422.
+server cannot honour (watermark, best_of > 1, typical_p, adapters) is a 422. A key of another task's
+`parameters` is that task's signal (service/api/hf_tasks.py).
 """
 
 from __future__ import annotations
