@@ -111,12 +111,18 @@ class TgiGrammar(BaseModel):
     type: Literal["json", "regex", "json_object"]
     value: dict[str, Any] | str
 
+    @model_validator(mode="after")
+    def _usable(self) -> TgiGrammar:
+        self.constraint("")  # a value of the wrong kind is a 422 now, not when the job is built
+        return self
+
     def constraint(self, field: str) -> Constraint:
+        where = f"{field}.value" if field else "value"  # relative to the grammar while it is validated
         if self.type == "regex":
             if not isinstance(self.value, str):
-                raise FieldError(f"{field}.value", "a regex grammar's value is a string")
-            return Constraint("regex", self.value, f"{field}.value")
-        return Constraint("json", _schema(self.value, f"{field}.value"), f"{field}.value")
+                raise FieldError(where, "a regex grammar's value is a string")
+            return Constraint("regex", self.value, where)
+        return Constraint("json", _schema(self.value, where), where)
 
 
 class StructuredFields(Request):

@@ -194,17 +194,27 @@ def steps_to_close(matcher: llguidance.LLMatcher, scores: np.ndarray, end_tokens
 class Closing:
     """One constrained row's watch on its budget: in its last CLOSING_WINDOW tokens it foresees how many
     closing its structure takes (`steps_to_close`, again every few tokens and at every token once that is
-    near what is left), and closes from the token where closing takes all that is left."""
+    near what is left), and closes from the token where closing takes about all that is left. Where the
+    grammar is complete but allows more (a second tool call, another array item), going on must leave room
+    to close again, or the row ends there."""
 
     RECHECK_EVERY, NEAR = 8, 24
+    MARGIN = 4  # tokens kept in hand: one token can open more than one level (`[[`, `{"`)
 
     def __init__(self) -> None:
         self.active = False
+        self.narrowed = False  # closing took a token the grammar alone would not have forced
         self._estimate: int | None = None
         self._checked_at = 0  # tokens left at the last estimate
 
-    def due(self, matcher: llguidance.LLMatcher, left: int, scores: np.ndarray, end_tokens: np.ndarray) -> bool:
+    def due(
+        self, matcher: llguidance.LLMatcher, allowed: np.ndarray, left: int, scores: np.ndarray, end_tokens: np.ndarray
+    ) -> bool:
+        """Whether the row closes from this token (`allowed`: its grammar's mask now)."""
         if self.active or left > CLOSING_WINDOW:
+            return self.active
+        if allowed[end_tokens].any():
+            self.active = _going_on(matcher, allowed, scores, end_tokens, left) + self.MARGIN >= left
             return self.active
         if (
             self._estimate is None
@@ -212,5 +222,19 @@ class Closing:
             or self._checked_at - left >= self.RECHECK_EVERY
         ):
             self._estimate, self._checked_at = steps_to_close(matcher, scores, end_tokens, left), left
-        self.active = self._estimate + 1 >= left
+        self.active = self._estimate + self.MARGIN >= left
         return self.active
+
+
+def _going_on(
+    matcher: llguidance.LLMatcher, allowed: np.ndarray, scores: np.ndarray, end_tokens: np.ndarray, cap: int
+) -> int:
+    """Tokens the cheapest way on from a complete grammar takes before it can end again (0: it cannot go on)."""
+    others = allowed.copy()
+    others[end_tokens] = False
+    if not others.any():
+        return 0
+    probe = matcher.deep_copy()
+    if not probe.consume_token(closing_token(others, scores, end_tokens)):
+        return cap
+    return 1 + steps_to_close(probe, scores, end_tokens, cap)

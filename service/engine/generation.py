@@ -309,7 +309,7 @@ class GenerationBatch(SequenceBatch[_Row]):
                 emits.append(Emit(row.seq, m.result(row, "error"), final=True))
                 continue
             piece, reason = release(row.text, token, codes[b])
-            if reason == "eos" and row.closing.active:
+            if reason == "eos" and row.closing.narrowed:
                 reason = "length"  # the budget, not the model, ended it
             row.pieces.append(piece)
             if codes[b] == END:
@@ -344,7 +344,8 @@ class GenerationBatch(SequenceBatch[_Row]):
             # Its budget is nearly spent: once closing the structure takes all that is left, close it
             # (finish_reason "length": the budget, not the model, ended it).
             scores = m.closing_scores()
-            if row.closing.due(row.matcher, left[b], scores, m.end_tokens):
+            if row.closing.due(row.matcher, allowed[b], left[b], scores, m.end_tokens):
+                row.closing.narrowed |= bool(allowed[b].sum() > 1)
                 token = closing_token(allowed[b], scores, m.end_tokens)
                 allowed[b] = False
                 allowed[b, token] = True

@@ -211,3 +211,20 @@ async def test_a_compiled_schema_is_reused(chat: Any) -> None:
     for _ in range(2):
         assert (await chat.client.post(CHAT, json=body)).status_code == 200
     assert len([k for k in grammars._compiled if '"from"' in k]) == 1
+
+
+@pytest.mark.parametrize(
+    ("grammar", "field"),
+    [
+        ({"type": "json_object", "value": ""}, "parameters.grammar.value"),
+        ({"type": "json", "value": "[1,"}, "parameters.grammar.value"),
+        ({"type": "regex", "value": {"a": 1}}, "parameters.grammar.value"),
+        ({"type": "json", "value": {"type": "frobnicate"}}, "parameters.grammar.value"),
+        ({"type": "xml", "value": "x"}, "parameters.grammar.type"),
+    ],
+)
+async def test_tgi_grammars_that_cannot_be_used_are_422(chat: Any, grammar: dict[str, Any], field: str) -> None:
+    body = {"inputs": "Answer:", "parameters": {"max_new_tokens": 4, "grammar": grammar}}
+    r = await chat.client.post("/generate", json={**body, "model": "generator"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field, r.text
