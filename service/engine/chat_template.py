@@ -101,9 +101,16 @@ class ChatTemplate:
         the messages (`raise_exception`, a missing key, a sandbox violation, a limit) is the request's fault:
         a 422 quoting the template's message, never a 500."""
         try:
-            return self.process.render(_variables(messages, self.special_tokens, tools), self.max_chars)
+            text = self.process.render(_variables(messages, self.special_tokens, tools), self.max_chars)
         except SandboxRefusal as exc:
             raise InvalidInput(_WHY.get(exc.kind, _WHY[TEMPLATE_ERROR]).format(exc.message), "messages") from None
+        try:
+            text.encode()  # a lone surrogate (JSON's "\udc00") is no text a tokenizer takes
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(
+                f"the messages hold a lone surrogate ({exc.object[exc.start]!r}): not Unicode text", "messages"
+            ) from None
+        return text
 
     def close(self) -> None:
         self.process.close()

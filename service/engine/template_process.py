@@ -75,7 +75,7 @@ class TemplateProcess:
         child = self._child
         assert child is not None and child.stdin is not None and child.stdout is not None
         try:
-            child.stdin.write(json.dumps(request, ensure_ascii=False) + "\n")
+            child.stdin.write(json.dumps(request) + "\n")  # ASCII: a lone surrogate travels as its escape
             child.stdin.flush()
         except (BrokenPipeError, OSError):
             self._kill()

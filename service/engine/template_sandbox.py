@@ -198,7 +198,7 @@ def serve(memory_bytes: int) -> None:
     env, compiled = environment(), dict[str, jinja2.Template]()
     for line in sys.stdin:
         answer = _answer(json.loads(line), env, compiled)
-        sys.stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(answer) + "\n")  # ASCII: a lone surrogate travels as its escape
         sys.stdout.flush()
 
 

@@ -261,3 +261,9 @@ async def test_streamed_logprobs_match_whole(chat: Any) -> None:
     streamed = [t for e in events if e["choices"][0]["logprobs"] for t in e["choices"][0]["logprobs"]["content"]]
     assert [t["token"] for t in streamed] == [t["token"] for t in whole] and whole
     assert [t["logprob"] for t in streamed] == pytest.approx([t["logprob"] for t in whole], abs=1e-5)
+
+
+async def test_a_lone_surrogate_in_a_message_is_a_422(chat: Any) -> None:
+    body = b'{"model": "chat", "messages": [{"role": "user", "content": "a\\udc00"}], "max_tokens": 3}'
+    r = await chat.client.post(PATH, content=body, headers={"content-type": "application/json"})
+    assert_openai_error(r, 422, "messages", "lone surrogate")
