@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
-from contract.kinds import TASKS
+from contract.kinds import CLASSIFICATION, TASKS
 from service.api.chat import PATH as CHAT_PATH
 from service.api.chat import chat_models
 from service.api.hf import DISPATCH_BODIES, ROOT_BODIES
@@ -122,8 +122,7 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
     if "ChatCompletionRequest" in components:  # the generators that have a chat template
         _name_models(components["ChatCompletionRequest"], chat_models(engine))
     if engine.classifier is not None and "ClassifyRequest" in components:
-        top_k = components["ClassifyRequest"]["properties"]["top_k"]
-        _member(top_k, "integer")["maximum"] = len(engine.classifier.labels)
+        _top_k_by_model(components["ClassifyRequest"], engine)
     _example_token_ids(components, engine)
     add_runtime_limits(schema, engine)
     _drop_unserved(schema, engine)
@@ -135,6 +134,28 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
                 if param["name"] == name and served:
                     param["schema"]["enum"] = served
                     param["example"] = served[0]
+
+
+def _top_k_by_model(component: dict[str, Any], engine: Engine) -> None:
+    """top_k's maximum: the most labels of any classifier, and each classifier's own where it has fewer (the
+    default's when the body names no model)."""
+    labels = {name: len(service.artifact.labels) for name, service in engine.served().items()
+              if service.artifact.task == CLASSIFICATION.name}  # fmt: skip
+    most = max(labels.values())
+    _member(component["properties"]["top_k"], "integer")["maximum"] = most
+    default = engine.classifier
+    assert default is not None
+    rules = [
+        {"if": {"properties": {"model": {"const": name}}, "required": ["model"]},
+         "then": {"properties": {"top_k": {"anyOf": [{"type": "integer", "maximum": n}, {"type": "null"}]}}}}
+        for name, n in labels.items() if n < most
+    ]  # fmt: skip
+    if labels[default.name] < most:
+        rules.append({"if": {"not": {"required": ["model"]}},
+                      "then": {"properties": {"top_k": {"anyOf": [{"type": "integer", "maximum": labels[default.name]},
+                                                                  {"type": "null"}]}}}})  # fmt: skip
+    if rules:
+        component.setdefault("allOf", []).extend(rules)
 
 
 def _name_models(component: dict[str, Any], names: list[str]) -> None:

@@ -302,3 +302,18 @@ async def test_hub_model_list_names_each_pipeline_tag(encoders: Served) -> None:
     one = await encoders.client.get("/api/models/embedder")
     assert one.json() == listed["embedder"]
     assert (await encoders.client.get("/api/models/nope")).status_code == 404
+
+
+async def test_top_k_is_documented_per_classifier(encoders: Served) -> None:
+    """The reranker has one label, the classifier two: the document's top_k bound follows the model named."""
+    import jsonschema
+
+    document = encoders.app.openapi()
+    # The body's schema, with the document's components beside it for its $refs.
+    schema = {**document["components"]["schemas"]["ClassifyRequest"], "components": document["components"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    for model, top_k in (("reranker", 2), ("reranker", 1), ("classifier", 2), ("classifier", 3)):
+        body = {"text": "good", "model": model, "top_k": top_k}
+        documented = not list(validator.iter_errors(body))
+        r = await encoders.client.post("/v1/classify", json=body)
+        assert documented == (r.status_code == 200), (body, r.text)
