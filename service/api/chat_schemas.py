@@ -61,7 +61,28 @@ class MessageToolCall(Request):
     function: FunctionCall
 
 
+def _given(field: str) -> dict[str, Any]:
+    return {"properties": {field: {"not": {"type": "null"}}}, "required": [field]}
+
+
 class ChatMessage(Request):
+    # The rules of _tool_fields, stated in the document.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {"if": {"anyOf": [{"not": {"required": ["content"]}},
+                                  {"properties": {"content": {"type": "null"}}, "required": ["content"]}]},
+                 "then": {"properties": {"role": {"const": "assistant"},
+                                         "tool_calls": {"type": "array", "minItems": 1}},
+                          "required": ["role", "tool_calls"]}},
+                {"if": _given("tool_calls"), "then": {"properties": {"role": {"const": "assistant"}}}},
+                {"if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+                 "then": {"properties": {"tool_call_id": {"type": "string"}}, "required": ["tool_call_id"]}},
+                {"if": _given("tool_call_id"), "then": {"properties": {"role": {"const": "tool"}}}},
+            ]
+        }
+    )  # fmt: skip
+
     role: Literal["system", "user", "assistant", "developer", "tool"] = Field(
         description="developer is rendered as system (OpenAI's name for it on newer models); tool: a call's result"
     )
