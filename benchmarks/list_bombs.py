@@ -47,12 +47,16 @@ BOMBS: dict[str, tuple[str, Body]] = {
     "completions": ("/v1/completions", lambda n: {"model": "generator", "prompt": _strs(n)}),
     "completions_ids": ("/v1/completions", lambda n: {"model": "generator", "prompt": [[0]] * n}),
     "completions_stop": ("/v1/completions", lambda n: {"model": "generator", "prompt": "a", "stop": _strs(n)}),
-    "logit_bias": ("/v1/completions", lambda n: {"model": "generator", "prompt": "a",
-                                                 "logit_bias": {str(i): "x" for i in range(min(n, 70_000))}}),  # fmt: skip
+    "logit_bias": (
+        "/v1/completions",
+        lambda n: {"model": "generator", "prompt": "a", "logit_bias": {str(i): "x" for i in range(min(n, 70_000))}},
+    ),
     "chat_messages": ("/v1/chat/completions", lambda n: {"messages": _strs(n)}),
     "chat_parts": ("/v1/chat/completions", lambda n: {"messages": [{"role": "user", "content": _strs(n)}]}),
-    "chat_tools": ("/v1/chat/completions", lambda n: {"messages": [{"role": "user", "content": "a"}],
-                                                      "tools": _strs(n)}),  # fmt: skip
+    "chat_tools": (
+        "/v1/chat/completions",
+        lambda n: {"messages": [{"role": "user", "content": "a"}], "tools": _strs(n)},
+    ),
     "translate": ("/v1/translate", lambda n: {"text": _strs(n)}),
     "generate": ("/v1/generate", lambda n: {"prompt": _strs(n)}),
     "generate_ids": ("/v1/generate", lambda n: {"prompt": [1] * n}),
@@ -91,8 +95,10 @@ def health_timer(url: str) -> Iterator[list[float]]:
     address = urlsplit(url)
     timer = subprocess.Popen(
         [sys.executable, "-c", _HEALTH_TIMER, address.hostname or "127.0.0.1", str(address.port or 80)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert timer.stdout is not None and timer.stdout.readline().strip() == "ready"
     worst: list[float] = []
     try:
@@ -112,8 +118,9 @@ async def bomb(url: str, name: str, concurrency: int, items: int) -> dict[str, A
         with health_timer(url) as worst:
             await asyncio.sleep(0.05)
             started = time.perf_counter()
-            answers = await asyncio.gather(*(http.post(path, content=content, headers=headers)
-                                             for _ in range(concurrency)))  # fmt: skip
+            answers = await asyncio.gather(
+                *(http.post(path, content=content, headers=headers) for _ in range(concurrency))
+            )
             burst_s = time.perf_counter() - started
     return {
         "bomb": name,
