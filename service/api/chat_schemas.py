@@ -135,6 +135,12 @@ class NamedToolChoice(Request):
     function: NamedFunction
 
 
+FORCED_CALL: dict[str, Any] = {
+    "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}},
+    "required": ["tool_choice"],
+}
+
+
 class ChatCompletionRequest(OpenAISampling):
     """OpenAI's chat completions, rendered with the model's chat template; plus `top_k`,
     `repetition_penalty` and `ignore_eos` (as vLLM)."""
@@ -150,6 +156,9 @@ class ChatCompletionRequest(OpenAISampling):
                     "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
                 },
                 CHOICES_RULE,
+                # tool_choice required or a named function: tools to call.
+                {"if": FORCED_CALL, "then": {"properties": {"tools": {"type": "array", "minItems": 1}},
+                                             "required": ["tools"]}},
             ],
             "examples": [
                 {

@@ -27,6 +27,9 @@ OTHER_KINDS: dict[str, Kind] = {"regex": "regex", "choice": "choice", "grammar":
 IGNORED_OPTIONS = ("disable_fallback", "disable_any_whitespace", "whitespace_pattern", "guided_decoding_backend")
 
 
+GUIDED_FIELDS = ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
 def _schema(value: dict[str, Any] | str, field: str) -> dict[str, Any] | bool:
     """A JSON schema given as an object or as JSON text (vLLM takes both)."""
     if isinstance(value, str):
@@ -50,6 +53,13 @@ class JsonSchemaFormat(Request):
 
 class ResponseFormat(Request):
     """OpenAI's `response_format`; `value` is TGI's spelling of the schema."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [{"if": {"properties": {"type": {"const": "json_schema"}}},
+                       "then": {"properties": {"json_schema": {"type": "object"}}, "required": ["json_schema"]}}]
+        }
+    )  # fmt: skip
 
     type: Literal["text", "json_object", "json_schema", "json"]
     json_schema: JsonSchemaFormat | None = None
@@ -142,6 +152,11 @@ class StructuredFields(Request):
         return self
 
     def constraint(self) -> Constraint | None:
+        asking = [f for f in GUIDED_FIELDS if getattr(self, f) is not None]
+        if self.response_format is not None and self.response_format.type != "text":
+            asking.insert(0, "response_format")
+        if len(asking) > 1:
+            raise FieldError(asking[1], f"one constraint at a time: {asking[0]} asks for one already")
         found: list[Constraint] = []
         if self.response_format is not None and (c := self.response_format.constraint("response_format")):
             found.append(c)
