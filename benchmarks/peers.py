@@ -201,10 +201,10 @@ def main() -> None:
         applies = ENCODER_PEERS if shape.role == "encoder" else DECODER_PEERS
         own_rows = [r for r in rows if (r in ENCODER_ROWS) == (shape.role == "encoder")]
         build(args.work, shape, args.threads, genai=any(p.startswith("genai") for p in peers))
-        results[name] = measure_model(shape, [p for p in peers if p in applies], own_rows, args)
+        results[name] = measure_model(shape, [p for p in applies if p in peers], own_rows, args)
         tables.append(table(name, results[name], own_rows, shape.role))
     if args.scale != 1:
-        tables.insert(0, f"--scale {args.scale:g}: prompt lengths, new tokens and requests scaled from the labels'")
+        tables.insert(0, f"--scale {args.scale:g}: prompt lengths, new tokens and requests are the labels' times it")
     print("\n" + "\n\n".join(tables))
     options = (("models", args.models), ("peers", args.peers), ("rows", args.rows), ("rounds", args.rounds),
                ("scale", args.scale), ("threads", args.threads))

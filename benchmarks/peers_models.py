@@ -23,7 +23,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS_PYTHON = Path(os.environ.get("PEERS_VENV", REPO / ".venv-peers")) / "bin" / "python"  # `make peers`
-SPECIALS = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2 of the decoders' tokenizers
+SPECIALS = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2 of a decoder's tokenizer
 BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -36,6 +36,7 @@ class Shape:
     config_class: str
     model_class: str
     config: dict[str, Any] = field(default_factory=dict)
+    specials: tuple[str, ...] = SPECIALS  # a decoder's ids 0, 1, 2: unknown, start, end
 
     @property
     def vocab_size(self) -> int:
@@ -55,7 +56,9 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("qwen2.5-0.5b", "decoder", "Qwen2Config", "Qwen2ForCausalLM", {
         "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
         "intermediate_size": 4864, "vocab_size": 151936, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": True, "rope_parameters": ROPE | {"rope_theta": 1000000.0}}),
+        "tie_word_embeddings": True, "rope_parameters": ROPE | {"rope_theta": 1000000.0}},
+        # Qwen2's tokenizer class adds <|endoftext|> when the vocabulary lacks it
+        ("<|endoftext|>", "<|im_start|>", "<|im_end|>")),
     Shape("tiny-llama", "decoder", "LlamaConfig", "LlamaForCausalLM", {  # for the smoke test
         "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
         "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
@@ -91,11 +94,12 @@ def word_tokenizer(out: Path, shape: Shape) -> None:
         (out / "vocab.txt").write_text("\n".join(words) + "\n")
         transformers.BertTokenizer(str(out / "vocab.txt"), do_lower_case=False).save_pretrained(str(out))
         return
-    vocab = {t: i for i, t in enumerate(SPECIALS)} | {f"w{i}": i for i in range(len(SPECIALS), shape.vocab_size)}
-    raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    unknown, start, end = shape.specials
+    vocab = {t: i for i, t in enumerate(shape.specials)} | {f"w{i}": i for i in range(3, shape.vocab_size)}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token=unknown))
     raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>",
-                                                     eos_token="</s>")
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token=unknown, bos_token=start,
+                                                     eos_token=end)
     tokenizer.save_pretrained(str(out))
 
 
