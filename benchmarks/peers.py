@@ -194,8 +194,11 @@ def main() -> None:
     unknown = [m for m in models if m not in SHAPES] + [r for r in rows if r not in ROWS and r not in ENCODER_ROWS]
     if unknown:
         parser.error(f"unknown models or rows: {unknown}")
+    options = (("models", args.models), ("peers", args.peers), ("rows", args.rows), ("rounds", args.rounds),
+               ("scale", args.scale), ("threads", args.threads))
+    found = versions()
     results: dict[str, Any] = {}
-    tables = []
+    tables = [f"--scale {args.scale:g}: prompt lengths, new tokens and requests are the labels' times it"]
     for name in models:
         shape = SHAPES[name]
         applies = ENCODER_PEERS if shape.role == "encoder" else DECODER_PEERS
@@ -203,12 +206,10 @@ def main() -> None:
         build(args.work, shape, args.threads, genai=any(p.startswith("genai") for p in peers))
         results[name] = measure_model(shape, [p for p in applies if p in peers], own_rows, args)
         tables.append(table(name, results[name], own_rows, shape.role))
-    if args.scale != 1:
-        tables.insert(0, f"--scale {args.scale:g}: prompt lengths, new tokens and requests are the labels' times it")
-    print("\n" + "\n\n".join(tables))
-    options = (("models", args.models), ("peers", args.peers), ("rows", args.rows), ("rounds", args.rounds),
-               ("scale", args.scale), ("threads", args.threads))
-    write_record("peers", options, args.out, cpus=os.cpu_count(), models=results, versions=versions())
+        print("\n" + tables[-1] + "\n", flush=True)
+        # after each model: a run stopped later keeps what it measured
+        write_record("peers", options, args.out, cpus=os.cpu_count(), models=results, versions=found)
+    print("\n" + "\n\n".join(tables[args.scale == 1:]))
 
 
 def versions() -> dict[str, str]:
