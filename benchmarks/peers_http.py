@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -123,11 +124,11 @@ async def complete(client: httpx.AsyncClient, model: str, prompt: list[int], new
 
 async def http_row(url: str, model: str, row: Row, vocab: int, seed: int) -> dict[str, float]:
     """`row` through /v1/completions: `concurrency` clients, each sending its next prompt when answered."""
-    items = prompts(row, vocab, seed)
+    *items, warm = prompts(dataclasses.replace(row, requests=row.requests + 1), vocab, seed)
     stream = row.measure == "streams"
     limits = httpx.Limits(max_connections=row.concurrency + 1)
     async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits) as client:
-        await complete(client, model, items[0][:8], 2, stream)  # warm-up
+        await complete(client, model, warm, 2, stream)  # warm-up at the row's prompt length (vLLM compiles)
         queue = list(items)
         results: list[tuple[int, float, float, int]] = []
 
