@@ -130,19 +130,22 @@ def measure_model(shape: Shape, peers: list[str], rows: list[str], args: argpars
     run = run_encoder if shape.role == "encoder" else run_decoder
     engines: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    loads: dict[str, float] = {}
     for peer in peers:
         if reason := missing(peer):
             print(f"skipped {peer} on {shape.name}: {reason}", flush=True)
             skipped[peer] = reason
             continue
-        print(f"{shape.name}: {peer}", flush=True)
+        load = round(os.getloadavg()[0], 2)  # the machine's 1-minute load before: was it quiet?
+        print(f"{shape.name}: {peer} (load average before: {load})", flush=True)
         try:
             engines[peer] = medians(run(peer, shape, rows, args))
+            loads[peer] = load
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             text = traceback.format_exception_only(exc)[-1].strip()
             print(f"failed {peer} on {shape.name}: ...{text[-1500:]}", flush=True)
             skipped[peer] = f"failed: ...{text[-1500:]}"
-    return {"config": shape.config, "engines": engines, "skipped": skipped}
+    return {"config": shape.config, "engines": engines, "skipped": skipped, "load_average_before": loads}
 
 
 def lines_of(rows: list[str], role: str) -> list[tuple[str, str, str]]:
