@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from harness.reliability.harness import LocalServer
+from harness.reliability.harness import LocalServer, health_timer
 
 Body = Callable[[int], Any]
 
@@ -76,38 +72,6 @@ BOMBS: dict[str, tuple[str, Body]] = {
     "detokenize_ids": ("/detokenize", lambda n: {"tokens": [1] * n}),
 }
 
-_HEALTH_TIMER = """
-import http.client, select, sys, time
-conn, worst = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=120), 0.0
-print("ready", flush=True)
-while not select.select([sys.stdin], [], [], 0.01)[0]:
-    started = time.perf_counter()
-    conn.request("GET", "/health")
-    conn.getresponse().read()
-    worst = max(worst, time.perf_counter() - started)
-print(worst, flush=True)
-"""
-
-
-@contextlib.contextmanager
-def health_timer(url: str) -> Iterator[list[float]]:
-    """GET /health every 10 ms while the block runs; the worst time (s) is in the yielded list after it."""
-    address = urlsplit(url)
-    timer = subprocess.Popen(
-        [sys.executable, "-c", _HEALTH_TIMER, address.hostname or "127.0.0.1", str(address.port or 80)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert timer.stdout is not None and timer.stdout.readline().strip() == "ready"
-    worst: list[float] = []
-    try:
-        yield worst
-    finally:
-        out, _ = timer.communicate("stop\n", timeout=120)
-        worst.append(float(out.strip() or "inf"))
-
-
 async def bomb(url: str, name: str, concurrency: int, items: int) -> dict[str, Any]:
     path, make = BOMBS[name]
     content = json.dumps(make(items)).encode()
@@ -115,7 +79,7 @@ async def bomb(url: str, name: str, concurrency: int, items: int) -> dict[str, A
     limits = httpx.Limits(max_connections=concurrency + 1)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
         await http.get("/health")
-        with health_timer(url) as worst:
+        with health_timer(url, every_s=0.01, limit_s=120) as worst:
             await asyncio.sleep(0.05)
             started = time.perf_counter()
             answers = await asyncio.gather(

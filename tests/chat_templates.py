@@ -3,20 +3,7 @@ comparison with transformers' apply_chat_template and for the tiny chat checkpoi
 
 from __future__ import annotations
 
-# Qwen2.5-style ChatML: a default system message when the conversation has none.
-CHATML = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
-    "{%- endif %}\n"
-    "{%- for message in messages %}\n"
-    "{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
-    "{%- endif %}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
-)
+from harness.reliability.suite_models import CHATML
 
 # Llama-3-style: bos_token first, headers, content trimmed, a date from strftime_now.
 LLAMA3 = (
