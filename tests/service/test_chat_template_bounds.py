@@ -107,6 +107,8 @@ def test_the_importer_refuses_a_template_that_fails_the_bounds(tmp_path: Path) -
     check_chat_template(tmp_path)  # one that refuses the samples is the requests' business, not a failure
 
 
-def test_text_that_is_not_valid_unicode_travels_to_the_sandbox_and_back() -> None:
-    """A lone surrogate (JSON's "\\udc00") is a str Python holds but UTF-8 cannot encode."""
-    assert template(PLAIN).render([{"role": "user", "content": "a\udc00b"}]) == "<|user|>a\udc00b\n<|assistant|>"
+def test_text_that_is_not_valid_unicode_travels_to_the_sandbox_and_back_to_a_422() -> None:
+    """A lone surrogate (JSON's "\udc00") is a str Python holds but UTF-8 cannot encode, nor a tokenizer take."""
+    with pytest.raises(InvalidInput, match="lone surrogate") as caught:
+        template(PLAIN).render([{"role": "user", "content": "a\udc00b"}])
+    assert caught.value.field == "messages"
