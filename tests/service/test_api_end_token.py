@@ -15,7 +15,7 @@ from tests.service.sse_events import events
 def end_at_once(monkeypatch: pytest.MonkeyPatch, served):
     """Every generator row draws the end token first."""
     eos = served.engine.generator.artifact.special_tokens["eos"]
-    monkeypatch.setattr(generation, "choose", lambda rows, logits, banned=None, allowed=None: Choice(np.full(len(logits), eos)))
+    monkeypatch.setattr(generation, "choose", lambda rows, logits, *masks: Choice(np.full(len(logits), eos)))
     return eos
 
 
