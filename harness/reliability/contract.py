@@ -40,6 +40,7 @@ TOKEN_DEPENDENT_LIMITS = (
     "tool_choice forces a tool call",
     "function names must be unique",
     "among tools",
+    "a call's arguments must be",
 )
 
 

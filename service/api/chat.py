@@ -94,9 +94,10 @@ def _template_calls(calls: list[MessageToolCall], field: str) -> list[dict[str, 
         try:
             arguments = json.loads(call.function.arguments)
         except json.JSONDecodeError as exc:
-            raise InvalidInput(f"not JSON: {exc}", f"{field}[{j}].function.arguments") from None
+            where = f"{field}[{j}].function.arguments"
+            raise InvalidInput(f"a call's arguments must be JSON text: {exc}", where) from None
         if not isinstance(arguments, dict):
-            raise InvalidInput("the arguments are a JSON object", f"{field}[{j}].function.arguments")
+            raise InvalidInput("a call's arguments must be a JSON object", f"{field}[{j}].function.arguments")
         function = {"name": call.function.name, "arguments": arguments}
         out.append({"id": call.id, "type": "function", "function": function})
     return out

@@ -116,7 +116,14 @@ class StructuredOutputs(Request):
 class TgiGrammar(BaseModel):
     """TGI's `grammar` parameter."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "allOf": [{"if": {"properties": {"type": {"const": "regex"}}},
+                       "then": {"properties": {"value": {"type": "string"}}}}]
+        },
+    )  # fmt: skip
 
     type: Literal["json", "regex", "json_object"]
     value: dict[str, Any] | str

@@ -270,7 +270,7 @@ async def test_llama3_json_calls(llama3: Any) -> None:
         ({"messages": [{"role": "assistant", "content": None}]}, "messages[0].content", ["required"]),
         ({"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c", "type": "function", "function": {"name": "add", "arguments": "{oops"}}]}]},
-         "messages[1].tool_calls[0].function.arguments", ["not JSON"]),
+         "messages[1].tool_calls[0].function.arguments", ["must be JSON text"]),
     ],
 )
 async def test_bad_tool_requests_are_422_naming_the_field(
