@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     # ONNX Runtime's intra-op threads keep spinning after a run returns (false: they park as it returns;
     # unset: they spin unless the process runs under a CPU limit).
     spin_between_runs: bool | None = None
+    # Once every model has been idle this long after work, the memory the work used goes back to the OS
+    # (glibc's malloc_trim, with ONNX Runtime's arena off): RSS returns to about where it was before a burst.
+    # 0: never, and the arena keeps what the largest batch used.
+    memory_trim_idle_s: float = Field(default=1.0, ge=0, le=3600)
 
     # HTTP front-end processes: parsing, validation, tokenizing and rendering answers in N processes that
     # feed one engine process, which runs the models (1: everything in one process).

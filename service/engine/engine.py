@@ -20,7 +20,9 @@ from service.engine.embedding import EmbeddingJob, EmbeddingService
 from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.handle import Handle
+from service.engine.heap_trim import TRIM_AVAILABLE, IdleTrim, hold_freed_memory
 from service.engine.metrics import Metrics
+from service.engine.scheduling import Scheduler
 from service.engine.task_service import ThreadWork, TokenizerWork
 from service.engine.translation_service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
@@ -92,6 +94,9 @@ class Engine:
         self.failure: str | None = None
         self.tokenizer_work: TokenizerWork = ThreadWork()
         self.remote: EngineProcess | None = None  # set in a front-end process: the models run elsewhere
+        # The memory a burst used goes back to the OS once every model is idle (service/engine/heap_trim.py).
+        trims = settings.memory_trim_idle_s > 0 and TRIM_AVAILABLE
+        self.idle_trim = IdleTrim(settings.memory_trim_idle_s) if trims else None
 
     def share_tokenizer_work(self, work: TokenizerWork) -> None:
         """Every model tokenizes long texts on `work` (the API's bounded worker slots, /tokenize's too)."""
@@ -110,6 +115,7 @@ class Engine:
             busy_intra_op_threads=self.settings.busy_intra_op_threads,
             fuse_attention=self.settings.fuse_attention,
             spin_between_runs=self.settings.spin_between_runs,
+            cpu_mem_arena=self.idle_trim is None,  # the arena never gives memory back: not where the trim does
         )
         threads, spinning, limit = options.threads(), options.spins_between_runs(), cpu_limit()
         if limit is not None:
@@ -148,7 +154,11 @@ class Engine:
         front-end process, connect to the engine process instead."""
         if self.remote is not None:
             await self.remote.connect()
+        elif self.idle_trim is not None:  # the engine's process (front ends fork before this)
+            hold_freed_memory()
         for service in self.services.values():
+            if isinstance(service.scheduler, Scheduler):  # not a front end's RemoteScheduler
+                service.scheduler.idle_trim = self.idle_trim
             service.scheduler.start()
 
     async def stop(self, reason: str = "the server is shutting down") -> None:

@@ -43,6 +43,7 @@ class RuntimeOptions:
     busy_intra_op_threads: int | None = None  # None: one fewer than the intra-op threads
     fuse_attention: bool = True  # self-attention as fused nodes (service/runtime/fusion.py)
     spin_between_runs: bool | None = None  # False: threads park as a run returns; None: spin unless CPU-limited
+    cpu_mem_arena: bool = True  # ONNX Runtime's CPU arena (off where the engine trims the heap when idle)
 
     def threads(self) -> int:
         """Intra-op threads: as set; else, under a CPU limit, one per usable CPU (ONNX Runtime's own choice,
@@ -266,6 +267,10 @@ class GraphSession:
             so.add_session_config_entry(FORCE_SPINNING_STOP, "1")  # spin within a run only
         elif not spin:
             so.add_session_config_entry(ALLOW_SPINNING, "0")
+        # The arena grows to the largest batch yet and never shrinks (96 concurrent generations left RSS
+        # ~300 MB higher for good); without it a run's tensors go back to malloc as it returns, and the
+        # engine's idle trim hands them to the OS (service/engine/heap_trim.py, docs/operations.md).
+        so.enable_cpu_mem_arena = options.cpu_mem_arena
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = options.threads()
         so.inter_op_num_threads = options.inter_op_threads

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from service.engine.errors import EngineError, InferenceFailed, QueueFull, Unavailable
 from service.engine.handle import Handle
+from service.engine.heap_trim import IdleTrim
 from service.engine.metrics import Metrics, ModelMetrics
 from service.engine.scheduling.policy import SchedulingPolicy
 from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, SeqT, Sequence
@@ -82,6 +83,7 @@ class Scheduler(Generic[SeqT]):
         self._prompts: PromptChunks[SeqT] | None = None  # newcomers half fed (chunked prefill); the worker's alone
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self.idle_trim: IdleTrim | None = None  # told when the worker goes idle and busy again (the engine's)
 
     @classmethod
     def from_settings(
@@ -229,8 +231,11 @@ class Scheduler(Generic[SeqT]):
         """Block while idle; then the jobs to run and the newcomers to prefill (None: stop)."""
         with self._cond:
             idle = self._batch is None and self._prompts is None
-            while not (self._stopping or self._jobs or self.policy.waiting) and idle:
-                self._cond.wait()
+            if idle and not (self._stopping or self._jobs or self.policy.waiting):
+                self._tell_trim(busy=False)
+                while not (self._stopping or self._jobs or self.policy.waiting):
+                    self._cond.wait()
+                self._tell_trim(busy=True)
             self._wait_for_company()
             if self._stopping:
                 return None
@@ -240,6 +245,12 @@ class Scheduler(Generic[SeqT]):
                 self._inflight = [*self._running(), *newcomers]
                 self._set_gauges()
             return jobs, newcomers
+
+    def _tell_trim(self, busy: bool) -> None:
+        """The worker's idle periods, to the engine's IdleTrim on the loop: once per period, not per request."""
+        if self.idle_trim is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening any more
+                self._loop.call_soon_threadsafe(self.idle_trim.busy if busy else self.idle_trim.idle, self.name)
 
     def _wait_for_company(self) -> None:
         """Wait as long as the policy says a burst may gather (never with jobs to run or when stopping)."""
