@@ -31,6 +31,7 @@ TOKEN_DEPENDENT_LIMITS = (
     "attention maps are limited to",  # tokens in and out of a request asking for its attention maps
     "the attention maps would hold",  # SERVE_MAX_ATTENTION_VALUES
     "tokens; the limit is",  # a text or prompt past SERVE_MAX_INPUT_TOKENS or the model's context
+    "(SERVE_MAX_NEW_TOKENS)",  # a generation budget past the cap where the context has room for more
     # Structured outputs and tools: what llguidance compiles, schemas sent as JSON text, and the rules across
     # fields that the document leaves out (stated as JSON Schema, they leave a body schemathesis cannot draw
     # from: tests/service/test_api_chat.py checks that it can).

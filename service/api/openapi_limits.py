@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from service.api.chat import chat_models
-from service.api.chat_schemas import PLACEHOLDER_MODELS
 from service.api.schemas import TOKEN_ID_DIGITS
 from service.engine.engine import Engine
 from service.engine.generation_service import GenerationService
@@ -195,50 +194,15 @@ def _item_limits(components: dict[str, Schema], engine: Engine) -> None:
 
 
 def _new_token_limits(components: dict[str, Schema], engine: Engine) -> None:
-    """Translation refuses more new tokens than its cap; generation clamps a budget beyond the context to
-    what fits, and refuses one above SERVE_MAX_NEW_TOKENS (reachable only when the cap is below the context)."""
-    settings = engine.settings
+    """Translation refuses more new tokens than its cap (generation's budgets: below)."""
     caps = [s.max_target_tokens for s in engine.served().values() if isinstance(s, TranslationService)]
     for component in ("TranslateRequest", "TranslationGenerateParameters"):
         for member in _integers(_prop(components, component, "max_new_tokens") or {}):
             if caps:
                 member["maximum"] = min(caps)
-    generators = [s for s in engine.served().values() if isinstance(s, GenerationService)]
-    # The cap binds a model whose context has room for more than it (beyond the context a budget is clamped).
-    binds = {s.name: settings.max_new_tokens < s.artifact.max_positions - 1 for s in generators}
-    if not any(binds.values()):
-        return
-    fields = (("GenerateRequest", "max_new_tokens"), ("CompletionRequest", "max_tokens"),
-              ("TgiParameters", "max_new_tokens"), ("ChatCompletionRequest", "max_tokens"),
-              ("ChatCompletionRequest", "max_completion_tokens"))  # fmt: skip
-    free = [name for name, bound in binds.items() if not bound]
-    for component, field in fields:
-        named = component in ("CompletionRequest", "ChatCompletionRequest")
-        if named and free and component in components:
-            continue  # stated per model below
-        for member in _integers(_prop(components, component, field) or {}):
-            member["maximum"] = settings.max_new_tokens
-    if free:
-        bound = [name for name, b in binds.items() if b]
-        default_chat = next((n for n in chat_models(engine)), None)
-        _cap_by_model(components, "CompletionRequest", ["max_tokens"], bound, settings.max_new_tokens, False)
-        _cap_by_model(components, "ChatCompletionRequest", ["max_tokens", "max_completion_tokens"], bound,
-                      settings.max_new_tokens, binds.get(default_chat or "", False))  # fmt: skip
-
-
-def _cap_by_model(
-    components: dict[str, Schema], component: str, fields: list[str], bound: list[str], cap: int, unnamed: bool
-) -> None:
-    """The new-token cap as rules on the model named (only the models it binds; `unnamed`: a body naming none
-    goes to a model it binds)."""
-    if component not in components:
-        return
-    then = {"properties": {f: {"anyOf": [{"type": "integer", "maximum": cap}, {"type": "null"}]} for f in fields}}
-    names = [*bound, *(p for p in PLACEHOLDER_MODELS if p not in bound)] if unnamed else bound
-    rules: list[Schema] = [{"if": {"properties": {"model": {"enum": names}}, "required": ["model"]}, "then": then}]
-    if unnamed:  # no model, or a placeholder: the first chat model
-        rules.append({"if": {"not": {"required": ["model"]}}, "then": then})
-    components[component].setdefault("allOf", []).extend(rules)
+    # A generation budget above SERVE_MAX_NEW_TOKENS is refused only where the context has room for more than
+    # the cap after the prompt (beyond the context it is clamped): it depends on the prompt's tokens, so the
+    # document states no maximum, and the 422 names SERVE_MAX_NEW_TOKENS.
 
 
 def _beam_limits(components: dict[str, Schema], engine: Engine) -> None:
