@@ -3,7 +3,7 @@ comparison with transformers' apply_chat_template and for the tiny chat checkpoi
 
 from __future__ import annotations
 
-from harness.reliability.suite_models import CHATML
+from harness.reliability.suite_models import CHATML as CHATML  # the reliability suite serves it too
 
 # Llama-3-style: bos_token first, headers, content trimmed, a date from strftime_now.
 LLAMA3 = (

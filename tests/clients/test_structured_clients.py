@@ -93,3 +93,19 @@ def test_langchain_bind_tools_with_tool_choice(chat_server: Server, tool_choice:
     Mood.model_validate(call["args"])
     answer = llm.invoke([question, reply, ToolMessage("ok", tool_call_id=call["id"] or "")])
     assert isinstance(answer.content, str)
+
+
+def test_litellm_structured_output_and_a_named_tool_call(chat_server: Server) -> None:
+    import litellm
+
+    common = {"model": "openai/chat", "api_base": f"{chat_server.url}/v1", "api_key": "unused", "num_retries": 0}
+    answer = litellm.completion(messages=[dict(m) for m in MESSAGES], response_format=Person, **common)
+    Person.model_validate_json(answer.choices[0].message.content)
+    tool = {"type": "function", "function": {"name": "mood", "parameters": Person.model_json_schema()}}
+    called = litellm.completion(
+        messages=[dict(m) for m in MESSAGES], tools=[tool], max_tokens=64,
+        tool_choice={"type": "function", "function": {"name": "mood"}}, **common,
+    )  # fmt: skip
+    [call] = called.choices[0].message.tool_calls
+    assert call.function.name == "mood"
+    Person.model_validate_json(call.function.arguments)
