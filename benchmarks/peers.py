@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any
 from benchmarks import peers_http as http
 from benchmarks.peers_engines import ENCODER_ROWS, ROWS
 from benchmarks.peers_models import PEERS_PYTHON, SHAPES, Shape, build, folder, peers_has, served
-from benchmarks.serving import write_record
+from benchmarks.serving import machine_cpu_seconds, write_record
 
 REPO = Path(__file__).resolve().parent.parent
 DECODER_PEERS = ("ours", "vllm-fp32", "vllm-bf16", "ct2", "ct2-int8", "genai-fp32", "genai-int4")
@@ -120,6 +121,20 @@ def run_encoder(peer: str, shape: Shape, rows: list[str], args: argparse.Namespa
     return out
 
 
+def cpu_sample() -> tuple[float, float, float]:
+    """(wall, the machine's busy CPU seconds, this process's and its waited-for children's)."""
+    mine = os.times()
+    return time.perf_counter(), machine_cpu_seconds(), mine.user + mine.system + mine.children_user + \
+        mine.children_system
+
+
+def other_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores busy with other processes than the benchmark and its engines (which have exited and been waited for
+    by then): the noise of a shared machine."""
+    wall, machine, mine = (a - b for a, b in zip(after, before, strict=True))
+    return round(max(0.0, machine - mine) / wall, 2)
+
+
 def medians(rounds: Rounds) -> dict[str, dict[str, Any]]:
     return {row: {key: statistics.median(r[key] for r in runs) for key in runs[0]} | {"rounds": runs}
             for row, runs in rounds.items()}
@@ -136,16 +151,17 @@ def measure_model(shape: Shape, peers: list[str], rows: list[str], args: argpars
             print(f"skipped {peer} on {shape.name}: {reason}", flush=True)
             skipped[peer] = reason
             continue
-        load = round(os.getloadavg()[0], 2)  # the machine's 1-minute load before: was it quiet?
-        print(f"{shape.name}: {peer} (load average before: {load})", flush=True)
+        print(f"{shape.name}: {peer}", flush=True)
         try:
+            before = cpu_sample()
             engines[peer] = medians(run(peer, shape, rows, args))
-            loads[peer] = load
+            loads[peer] = other_cores(before, cpu_sample())
+            print(f"  other processes' cores while {peer} ran: {loads[peer]}", flush=True)
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             text = traceback.format_exception_only(exc)[-1].strip()
             print(f"failed {peer} on {shape.name}: ...{text[-1500:]}", flush=True)
             skipped[peer] = f"failed: ...{text[-1500:]}"
-    return {"config": shape.config, "engines": engines, "skipped": skipped, "load_average_before": loads}
+    return {"config": shape.config, "engines": engines, "skipped": skipped, "other_cores": loads}
 
 
 def lines_of(rows: list[str], role: str) -> list[tuple[str, str, str]]:
@@ -176,6 +192,8 @@ def table(name: str, result: dict[str, Any], rows: list[str], role: str) -> str:
             theirs = engines[e].get(row, {}).get(key)
             cells.append("" if key == "ttft_s" or not (mine and theirs) else f"{mine / theirs:.2f}")
         text.append("| " + " | ".join([label, *cells]) + " |")
+    noise = [str(result["other_cores"].get(e, "")) for e in engines] + [""] * len(ratios)
+    text.append("| " + " | ".join(["other processes' cores while it ran (noise)", *noise]) + " |")
     text += [f"\nskipped {e}: {why.splitlines()[-1]}" for e, why in result["skipped"].items()]
     return "\n".join(text)
 

@@ -44,7 +44,7 @@ def wait_for(proc: subprocess.Popen[bytes], url: str, timeout: float, log: Path)
 @contextlib.contextmanager
 def process_server(command: list[str], env: dict[str, str], ready_path: str, port: int,
                    log: Path, timeout: float = 900) -> Iterator[str]:
-    """A server in a subprocess of its own group (its workers are stopped with it); its output goes to `log`."""
+    """A server in a subprocess of its own group (what it leaves is killed with the group); output to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
@@ -54,13 +54,14 @@ def process_server(command: list[str], env: dict[str, str], ready_path: str, por
         wait_for(proc, url + ready_path, timeout, log)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        proc.terminate()  # the server stops its workers and waits for them (their CPU time counts as ours)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever it left
 
 
 @contextlib.contextmanager

@@ -39,3 +39,5 @@ def test_peers_measures_every_row_of_ours_and_ct2(tmp_path: Path) -> None:
     assert "| row | ours | ct2 | ours / ct2 |" in done.stdout
     assert "| 16 concurrent, 64-token prompts, 128 new tokens (tok/s) |" in done.stdout
     assert "skipped vllm-fp32: " in done.stdout
+    assert set(decoder["other_cores"]) == {"ours", "ct2"} and all(v >= 0 for v in decoder["other_cores"].values())
+    assert "| other processes' cores while it ran (noise) |" in done.stdout
