@@ -193,19 +193,20 @@ def steps_to_close(matcher: llguidance.LLMatcher, scores: np.ndarray, end_tokens
 
 class Closing:
     """One constrained row's watch on its budget: in its last CLOSING_WINDOW tokens it foresees how many
-    closing its structure takes (`steps_to_close`, again every few tokens and at every token once that is
-    near what is left), and closes from the token where closing takes about all that is left. Where the
-    grammar is complete but allows more (a second tool call, another array item), going on must leave room
-    to close again, or the row ends there."""
+    closing its structure takes (`steps_to_close`), and closes from the token where closing takes about all
+    that is left. Where the grammar is complete but allows more (a second tool call, another array item),
+    going on must leave room to close again, or the row ends there.
 
-    RECHECK_EVERY, NEAR = 8, 24
-    MARGIN = 4  # tokens kept in hand: one token can open more than one level (`[[`, `{"`)
+    A token opens at most GROWTH levels (`[{"`), so the distance to closing grows by at most GROWTH a token:
+    after an estimate the next one is due only when what is left could have met it, a few times per window."""
+
+    GROWTH = 3
+    MARGIN = 4  # tokens kept in hand
 
     def __init__(self) -> None:
         self.active = False
         self.narrowed = False  # closing took a token the grammar alone would not have forced
-        self._estimate: int | None = None
-        self._checked_at = 0  # tokens left at the last estimate
+        self._next_check = CLOSING_WINDOW  # tokens left when the distance is estimated next
 
     def due(
         self, matcher: llguidance.LLMatcher, allowed: np.ndarray, left: int, scores: np.ndarray, end_tokens: np.ndarray
@@ -216,13 +217,13 @@ class Closing:
         if allowed[end_tokens].any():
             self.active = _going_on(matcher, allowed, scores, end_tokens, left) + self.MARGIN >= left
             return self.active
-        if (
-            self._estimate is None
-            or left <= self._estimate + self.NEAR
-            or self._checked_at - left >= self.RECHECK_EVERY
-        ):
-            self._estimate, self._checked_at = steps_to_close(matcher, scores, end_tokens, left), left
-        self.active = self._estimate + self.MARGIN >= left
+        if left > self._next_check:
+            return False
+        estimate = steps_to_close(matcher, scores, end_tokens, left)
+        self.active = estimate + self.MARGIN >= left
+        # The distance after k more tokens is at most estimate + GROWTH * k; check again before it can reach
+        # what will be left then (left - k).
+        self._next_check = (estimate + self.MARGIN + self.GROWTH * left) // (self.GROWTH + 1)
         return self.active
 
 
