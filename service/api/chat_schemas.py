@@ -190,6 +190,9 @@ class ChatCompletionRequest(OpenAISampling):
         "grammar; none: the tools are not rendered",
     )
     parallel_tool_calls: bool | None = Field(None, description="false: at most one call (default: any number)")
+    # OpenAI's fields for its own stored completions: accepted and ignored, as vLLM does (nothing is stored).
+    store: bool | None = Field(None, description="accepted and ignored: nothing is stored")
+    metadata: dict[str, Any] | None = Field(None, max_length=16, description="accepted and ignored (with store)")
 
     @model_validator(mode="after")
     def _supported(self) -> ChatCompletionRequest:

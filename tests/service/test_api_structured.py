@@ -228,3 +228,11 @@ async def test_tgi_grammars_that_cannot_be_used_are_422(chat: Any, grammar: dict
     r = await chat.client.post("/generate", json={**body, "model": "generator"})
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field, r.text
+
+
+async def test_store_and_metadata_are_accepted_and_ignored(chat: Any) -> None:
+    body = {"model": "chat", "messages": USER, "max_tokens": 4, "temperature": 0}
+    plain = (await chat.client.post(CHAT, json=body)).json()["choices"][0]["message"]["content"]
+    r = await chat.client.post(CHAT, json={**body, "store": True, "metadata": {"run": "7"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == plain
