@@ -295,6 +295,7 @@ def main() -> int:
 
     def load() -> str:
         run = Load(f"http://127.0.0.1:{LB_PORT}", on_progress)
+        state["since"] = int(time.time())  # nginx's log from here: the load balancer may have served before
         took = run.run()
         stop_thread.join(timeout=120)
         state["load"] = run
@@ -324,7 +325,8 @@ def main() -> int:
 
     def nginx_agrees() -> str:
         logs = subprocess.run(
-            [DOCKER, "logs", deployment.container("lb")], capture_output=True, text=True, check=True
+            [DOCKER, "logs", "--since", str(state["since"]), deployment.container("lb")],
+            capture_output=True, text=True, check=True,
         )
         entries = upstream_log((logs.stdout + logs.stderr).splitlines())
         assert len(entries) == REQUESTS, f"nginx logged {len(entries)} inference requests, sent {REQUESTS}"
