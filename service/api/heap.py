@@ -8,17 +8,8 @@ after each request."""
 from __future__ import annotations
 
 import asyncio
-import ctypes
-from collections.abc import Callable
 
-
-def _malloc_trim() -> Callable[[], object]:
-    """malloc_trim(0) where the C library has it (glibc); elsewhere (musl, macOS) nothing to call."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    return (lambda: trim(0)) if trim is not None else (lambda: None)
-
-
-release_memory = _malloc_trim()
+from service.engine.heap_trim import release_memory
 
 
 class HeapTrimmer:
@@ -30,7 +21,7 @@ class HeapTrimmer:
         self.trims = 0
         self._last = float("-inf")
         self._scheduled: asyncio.TimerHandle | None = None
-        self._running: asyncio.Future[object] | None = None
+        self._running: asyncio.Future[None] | None = None
 
     def soon(self) -> None:
         if self._scheduled is not None:
