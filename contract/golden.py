@@ -28,7 +28,15 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from contract.kinds import TASKS
-from contract.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, PAST, POSITION_IDS, TOKEN_TYPE_IDS, TensorSpec
+from contract.names import (
+    ATTENTION_MASK,
+    ENCODER_ATTENTION_MASK,
+    IN_PLACE_AXIS,
+    PAST,
+    POSITION_IDS,
+    TOKEN_TYPE_IDS,
+    TensorSpec,
+)
 
 GOLDEN_FILE = "golden.json"
 TOKENIZER, CONFIG, FILES = "tokenizer", "config", "files"  # golden.json's sections besides the graph roles
@@ -56,9 +64,14 @@ CPU_TOLERANCE, DEVICE_TOLERANCE = (1e-2, 2e-2), (5e-2, 1e-1)
 
 def golden_inputs(vocab_size: int, inputs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
     """Deterministic inputs for every required graph input, sized from the symbolic shapes in config.json
-    (optional inputs keep their default, so adding one leaves the golden outputs as they were)."""
+    (optional inputs keep their default, so adding one leaves the golden outputs as they were). A graph
+    whose cache is written in place gets a whole prompt (its buffers as long as the prompt), the second
+    row one token shorter (right padded, as that cache's rows are)."""
     rng = np.random.default_rng(0)
-    sizes = {"batch": BATCH, "seq": SEQ, "src": SEQ + 1, "past": PAST_LEN, "total": PAST_LEN + SEQ}
+    in_place = any(IN_PLACE_AXIS in spec.shape for spec in inputs)
+    past_len = 0 if in_place else PAST_LEN
+    sizes = {"batch": BATCH, "seq": SEQ, "src": SEQ + 1, "past": past_len, "total": past_len + SEQ,
+             IN_PLACE_AXIS: SEQ}
     has_past = any(spec.name.startswith(f"{PAST}.") for spec in inputs)
     feeds: dict[str, np.ndarray] = {}
     for spec in inputs:
@@ -70,7 +83,7 @@ def golden_inputs(vocab_size: int, inputs: Sequence[TensorSpec]) -> dict[str, np
             feeds[name] = np.ones(shape, dtype=np.int64)
             feeds[name][1, 0] = 0  # one padded position in the second row
         elif name == POSITION_IDS:
-            feeds[name] = np.tile(np.arange(shape[1], dtype=np.int64), (shape[0], 1)) + (PAST_LEN if has_past else 0)
+            feeds[name] = np.tile(np.arange(shape[1], dtype=np.int64), (shape[0], 1)) + (past_len if has_past else 0)
         elif name == TOKEN_TYPE_IDS:
             feeds[name] = np.zeros(shape, dtype=np.int64)
             feeds[name][:, shape[1] // 2 :] = 1
@@ -79,8 +92,8 @@ def golden_inputs(vocab_size: int, inputs: Sequence[TensorSpec]) -> dict[str, np
         else:
             feeds[name] = rng.standard_normal(shape).astype(np.float32)
     if f"{PAST}.0.key" in feeds:  # attention_mask covers past + new positions in graphs that take a cache
-        feeds[ATTENTION_MASK] = np.ones((BATCH, PAST_LEN + SEQ), dtype=np.int64)
-        feeds[ATTENTION_MASK][1, 0] = 0
+        feeds[ATTENTION_MASK] = np.ones((BATCH, past_len + SEQ), dtype=np.int64)
+        feeds[ATTENTION_MASK][1, -1 if in_place else 0] = 0
     return feeds
 
 

@@ -30,6 +30,8 @@ TOP_IDS = "top_ids"
 
 PAST = "past_key_values"  # inputs: the self-attention cache so far
 PRESENT = "present"  # outputs: the cache after this call (past + new positions)
+# The cache inputs' position axis when they are buffers the graph writes into (model/network/in_place.py)
+IN_PLACE_AXIS = "capacity"
 CROSS = "cross"  # the encoder-decoder attention K/V (translator encoder outputs, decoder inputs)
 ATTENTIONS = "attentions"
 CROSS_ATTENTIONS = "cross_attentions"

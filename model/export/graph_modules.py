@@ -48,18 +48,20 @@ class TranslatorDecoderGraph(nn.Module):
 
 
 class GeneratorGraph(nn.Module):
-    """The generator's decoder; with ``logits_to_keep``, its last input is that scalar (after the cache)."""
+    """The generator's decoder; with ``logits_to_keep``, its last input is that scalar (after the cache).
+    ``in_place``: the cache inputs are buffers the graph writes into (model/network/in_place.py)."""
 
-    def __init__(self, model: Generator, logits_to_keep: bool) -> None:
+    def __init__(self, model: Generator, logits_to_keep: bool, in_place: bool = False) -> None:
         super().__init__()
         self.model = model
         self.logits_to_keep = logits_to_keep
+        self.in_place = in_place
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *rest: Tensor
     ) -> tuple[Tensor, ...]:
         past, keep = (rest[:-1], rest[-1]) if self.logits_to_keep else (rest, 0)
-        logits, present, weights = self.model(input_ids, attention_mask, position_ids, pairs(past), keep)
+        logits, present, weights = self.model(input_ids, attention_mask, position_ids, pairs(past), keep, self.in_place)
         return (logits, *flatten(present), *weights)
 
 

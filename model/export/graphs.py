@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from contract.kinds import EMBEDDING, KINDS, Task, graph_file, int8_graph_file
-from contract.names import LOGITS, LOGITS_TO_KEEP
+from contract.names import IN_PLACE_AXIS, LOGITS, LOGITS_TO_KEEP
 from model.export.graph_modules import (
     EncoderGraph,
     GeneratorGraph,
@@ -73,6 +73,7 @@ class GraphSpec:
 
 
 BATCH, SEQ, PAST, SRC = Dim("batch"), Dim("seq"), Dim("past"), Dim("src")
+CAPACITY = Dim(IN_PLACE_AXIS)  # an in-place cache buffer's positions (model/network/in_place.py)
 
 
 def _ids(vocab: int, B: int, S: int, generator: torch.Generator) -> Tensor:
@@ -137,17 +138,21 @@ def translator_specs(model: Translator, top_k: bool = True) -> list[GraphSpec]:
     return [encoder, decoder]
 
 
-def generator_specs(model: Generator, logits_to_keep: bool = True) -> list[GraphSpec]:
-    """The decoder graph; ``logits_to_keep=False`` builds the graph of artifacts exported before that input."""
+def generator_specs(model: Generator, logits_to_keep: bool = True, in_place: bool = True) -> list[GraphSpec]:
+    """The decoder graph; ``logits_to_keep=False`` builds the graph of artifacts exported before that input.
+    ``in_place``: its cache inputs are buffers of ``capacity`` positions that the graph writes the new keys
+    and values into (model/network/in_place.py; no attention maps); else ``present`` = past + new."""
     c, g = model.config, torch.Generator().manual_seed(0)
     B, S, P = 2, 3, 4
-    past = [torch.randn(B, c.kv_heads, P, c.d_head, generator=g) for _ in range(2 * c.n_layers)]
+    capacity = P + S + 2 if in_place else P  # a buffer holds the past, the new tokens and room to spare
+    past = [torch.randn(B, c.kv_heads, capacity, c.d_head, generator=g) for _ in range(2 * c.n_layers)]
     io = KINDS["generator"].task.graph_io("decoder", _dims(c), logits_to_keep)
     keep: tuple[Tensor, ...] = (torch.tensor(1, dtype=torch.long),) if logits_to_keep else ()
+    cache_axis = CAPACITY if in_place else PAST
     return [
         GraphSpec(
             role="decoder",
-            module=GeneratorGraph(model, logits_to_keep),
+            module=GeneratorGraph(model, logits_to_keep, in_place),
             example=(
                 _ids(c.vocab_size, B, S, g),
                 torch.ones(B, P + S, dtype=torch.long),
@@ -156,12 +161,12 @@ def generator_specs(model: Generator, logits_to_keep: bool = True) -> list[Graph
                 *keep,
             ),
             input_names=[*io.inputs, *io.optional_inputs],
-            output_names=list(io.all_outputs),
+            output_names=list(io.outputs if in_place else io.all_outputs),
             dynamic_shapes=(
                 {0: BATCH, 1: SEQ},
                 {0: BATCH, 1: Dim("total")},
                 {0: BATCH, 1: SEQ},
-                tuple([{0: BATCH, 2: PAST}] * (2 * c.n_layers) + [None] * len(keep)),
+                tuple([{0: BATCH, 2: cache_axis}] * (2 * c.n_layers) + [None] * len(keep)),
             ),
             defaults={LOGITS_TO_KEEP: 0} if logits_to_keep else {},
             axis_names={LOGITS: {1: "kept"}} if logits_to_keep else {},  # seq, or logits_to_keep of them

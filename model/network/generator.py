@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from model.network import layers
 from model.network.config import GeneratorConfig
+from model.network.in_place import InPlaceCache
 from model.network.rotary import RotaryEmbedding
 
 
@@ -36,11 +37,14 @@ class Generator(nn.Module):
         position_ids: Tensor | None = None,
         past: list[layers.KeyValue] | None = None,
         logits_to_keep: Tensor | int = 0,
+        in_place: bool = False,
     ) -> tuple[Tensor, list[layers.KeyValue], list[Tensor]]:
         """[B, S] new tokens (+ cache of P) -> (logits [B, S, V], present K/V [B, Hkv, P+S, Dh], weights).
 
         attention_mask covers past + new positions ([B, P+S]); defaults to all ones. ``logits_to_keep``
-        > 0 computes the logits of the last that many positions only ([B, min(k, S), V]).
+        > 0 computes the logits of the last that many positions only ([B, min(k, S), V]). ``in_place``
+        (export only, model/network/in_place.py): ``past`` are buffers the graph writes the new keys and values
+        into, ``attention_mask`` marks each row's past and new tokens as leading ones, and no weights come back.
         """
         B, S = input_ids.shape
         if attention_mask is None:
@@ -54,10 +58,12 @@ class Generator(nn.Module):
             x = x + self.pos(position_ids)
         x = self.dropout(self.ln_emb(x))
         rope = self.rotary(position_ids) if self.rotary is not None else None
-        bias = layers.causal_padding_bias(attention_mask, S, x.dtype)
+        bias: Tensor | InPlaceCache = (
+            InPlaceCache.from_mask(attention_mask) if in_place else layers.causal_padding_bias(attention_mask, S, x.dtype)
+        )
         presents, weights = [], []
         for i, block in enumerate(self.blocks):
             x, present, w, _ = block(x, bias, past[i] if past else None, rope=rope)
             presents.append(present)
-            weights.append(w)
+            weights.extend([] if in_place else [w])
         return self.lm_head(layers.keep_last(self.ln_f(x), logits_to_keep)), presents, weights

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.network.config import TransformerConfig
+from model.network.in_place import InPlaceCache, in_place_attention
 from model.network.rotary import RotaryAngles, apply_rotary
 
 # torch._check is unannotated: a guard on a (symbolic) condition, for export
@@ -251,9 +252,14 @@ class MultiHeadAttention(nn.Module):
         context = context.transpose(1, 2).reshape(B, S, D)  # heads concatenated
         return self.out_proj(context), weights
 
-    def forward(self, x: Tensor, bias: Tensor, past: KeyValue | None = None,
+    def forward(self, x: Tensor, bias: Tensor | InPlaceCache, past: KeyValue | None = None,
                 rope: RotaryAngles | None = None) -> tuple[Tensor, KeyValue, Tensor]:
-        """Self-attention with an optional cache: returns (output, present K/V incl. past, weights)."""
+        """Self-attention with an optional cache: returns (output, present K/V incl. past, weights). With an
+        ``InPlaceCache`` (export only) ``past`` is a buffer the graph writes into, and no weights come back."""
+        if isinstance(bias, InPlaceCache):
+            assert past is not None, "the in-place cache writes into the past buffers"
+            out, present = in_place_attention(self, x, bias, past, rope)
+            return out, present, x.new_zeros(0)
         key, value = self.project_kv(x)
         if rope is not None:
             key = apply_rotary(key, rope)
@@ -330,7 +336,7 @@ class TransformerLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        self_bias: Tensor,
+        self_bias: Tensor | InPlaceCache,
         past: KeyValue | None = None,
         cross_kv: KeyValue | None = None,
         cross_bias: Tensor | None = None,

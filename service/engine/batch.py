@@ -17,7 +17,7 @@ from service.engine.stopping import StopRows
 class DecodeState(TypedDict):
     """Keyword arguments of both batches' constructors."""
 
-    cache: KVCache  # per row
+    cache: KVCache | None  # per row; None where each row holds a slot of an in-place cache (slots.py)
     next_ids: np.ndarray  # [rows, 1]: the token each row feeds next
     chooser: ChooserRows  # per row that chooses its own token (translation: per num_beams=1 request)
     stops: StopRows  # as chooser
@@ -35,7 +35,7 @@ class SequenceBatch(Generic[E]):
     """Subclasses give their `entries` (in batch order), `_take` (the batch of some of them) and the
     DecodeState attributes."""
 
-    cache: KVCache
+    cache: KVCache | None
     next_ids: np.ndarray
     chooser: ChooserRows
     stops: StopRows
@@ -64,7 +64,7 @@ class SequenceBatch(Generic[E]):
     def _state_of(self, rows: np.ndarray, choosing: np.ndarray) -> DecodeState:
         """The decode state of some batch rows, and of some of the rows that choose their own token."""
         return DecodeState(
-            cache=self.cache.take(rows),
+            cache=self.cache.take(rows) if self.cache is not None else None,
             next_ids=self.next_ids[rows],
             chooser=self.chooser.take(choosing),
             stops=self.stops.take(choosing),
@@ -73,7 +73,7 @@ class SequenceBatch(Generic[E]):
     def _state_with(self, other: SequenceBatch[E]) -> DecodeState:
         """The decode state of this batch's rows followed by `other`'s."""
         return DecodeState(
-            cache=KVCache.concat([self.cache, other.cache]),
+            cache=KVCache.concat([self.cache, other.cache]) if self.cache is not None and other.cache is not None else None,
             next_ids=np.concatenate([self.next_ids, other.next_ids]),
             chooser=ChooserRows.concat([self.chooser, other.chooser]),
             stops=StopRows.concat([self.stops, other.stops]),

@@ -32,6 +32,8 @@ from service.engine.constraints import (
 )
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics, finished_reason
+from service.engine.slot_steps import InPlaceDecoder
+from service.engine.slots import SlotHold
 from service.engine.sampling import SamplingParams
 from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, StopRows, release
@@ -105,13 +107,21 @@ class _Row:
         constraint = seq.params.constraint
         self.matcher = model.grammars.matcher(constraint) if constraint is not None else None
         self.closing = Closing()  # closing its grammar's structure as its budget ends
+        self.hold: SlotHold | None = None  # its slot of an in-place cache (slots.py)
 
 
 class GenerationModel:
     def __init__(
-        self, name: str, artifact: Artifact, session: GraphSession, tokenizer: Tokenizer, metrics: Metrics
+        self,
+        name: str,
+        artifact: Artifact,
+        session: GraphSession,
+        tokenizer: Tokenizer,
+        metrics: Metrics,
+        in_place: InPlaceDecoder | None = None,
     ) -> None:
         self.name = name
+        self.in_place = in_place  # where the graph writes its cache in place (slot_steps.py)
         self.artifact = artifact
         self.session = session
         self.tokenizer = tokenizer
@@ -158,10 +168,11 @@ class GenerationModel:
 
     def start_prefill(self, sequences: list[Sequence]) -> PromptBatch:
         """The newcomers' prompts, to be fed a chunk per scheduler step (`PromptBatch.advance`)."""
-        return PromptBatch(self, [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)])
+        rows = [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)]
+        return SlotPrompts(self, self.in_place, rows) if self.in_place is not None else PromptBatch(self, rows)
 
     def first_tokens(
-        self, rows: list[_Row], logits: np.ndarray, cache: KVCache, attn: list[np.ndarray], padded: int
+        self, rows: list[_Row], logits: np.ndarray, cache: KVCache | None, attn: list[np.ndarray], padded: int
     ) -> tuple[list[Emit], GenerationBatch | None]:
         """After the last prompt chunk: choose each row's first token; the batch of those that go on.
         `attn` holds the whole prompt's maps when a row asked for them (its prompt then ran in one call)."""
@@ -267,11 +278,41 @@ class PromptBatch:
         return self.model.first_tokens(self.rows, logits, self.cache, attn, S)
 
 
+class SlotPrompts:
+    """Newcomers' prompts fed into their own cache slots (slot_steps.py), one row after another, at most
+    `max_tokens` tokens per call: no padding, and a prompt starts from its longest cached prefix."""
+
+    def __init__(self, model: GenerationModel, decoder: InPlaceDecoder, rows: list[_Row]) -> None:
+        self.model, self.decoder, self.rows = model, decoder, rows
+        for row in rows:
+            row.hold = decoder.begin(row, row.seq.prompt_ids)
+        self.logits: list[np.ndarray] = []  # the last prompt position's, of the rows done
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return [r.seq for r in self.rows]
+
+    def advance(self, max_tokens: int | None) -> tuple[list[Emit], GenerationBatch | None] | None:
+        budget = max_tokens if max_tokens is not None else sum(len(r.seq.prompt_ids) for r in self.rows)
+        while len(self.logits) < len(self.rows) and budget > 0:
+            row = self.rows[len(self.logits)]
+            assert row.hold is not None
+            prompt = row.seq.prompt_ids
+            width = min(len(prompt) - int(self.decoder.buffers.lengths[row.hold.slot]), budget)
+            logits = self.decoder.feed(row.hold.slot, prompt, width)
+            budget -= width
+            if self.decoder.buffers.lengths[row.hold.slot] == len(prompt):
+                self.logits.append(logits)
+        if len(self.logits) < len(self.rows):
+            return None
+        return self.model.first_tokens(self.rows, np.stack(self.logits), None, [], 0)
+
+
 @dataclass(eq=False, repr=False)  # one worker's state: compared by identity, its arrays never printed
 class GenerationBatch(SequenceBatch[_Row]):
     model: GenerationModel
     items: list[_Row]  # one per batch row
-    cache: KVCache
+    cache: KVCache | None  # None: each row holds a slot of the model's in-place cache
     next_ids: np.ndarray  # [B, 1]: the token each row feeds next
     chooser: ChooserRows
     stops: StopRows
@@ -281,6 +322,12 @@ class GenerationBatch(SequenceBatch[_Row]):
         return self.items
 
     def step(self) -> list[Emit]:
+        if self.cache is None:
+            assert self.model.in_place is not None
+            slots = np.asarray([row.hold.slot for row in self.items if row.hold is not None])
+            emits = self.select(self.model.in_place.step(slots, self.next_ids[:, 0]))
+            self.drop_finished()
+            return emits
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
         want = any(r.params.return_attention for r in self.items)
         logits, self.cache, attn = self.model.run(self.next_ids, self.cache, new_mask, want)
@@ -361,6 +408,10 @@ class GenerationBatch(SequenceBatch[_Row]):
         row.last_token_at = now
 
     def _take(self, keep: list[int]) -> GenerationBatch | None:
+        kept = set(keep)
+        for i, row in enumerate(self.items):
+            if i not in kept and row.hold is not None:
+                row.hold.release()  # its slot is free for the next prompt
         if not keep:
             return None
         rows = np.asarray(keep, dtype=np.int64)

@@ -25,7 +25,9 @@ from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduling import Scheduler
+from service.engine.kv_budget import kv_cache_budget
 from service.engine.scoring import PromptScorer, Scorer, TokenScore
+from service.engine.slot_steps import InPlaceDecoder
 from service.engine.sequence import DecodeModel
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
@@ -89,7 +91,18 @@ class GenerationService(TaskService[GenerationSequence]):
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         super().__init__(artifact, settings)
-        self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics)
+        in_place = (
+            InPlaceDecoder(
+                session,
+                artifact,
+                settings.max_batch_size,
+                kv_cache_budget(settings.kv_cache_bytes),
+                settings.prefix_cache_fraction,
+            )
+            if session.spec.writes_cache_in_place
+            else None
+        )
+        self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics, in_place)
         # Its batches are typed over the base Sequence; it only ever gets back the GenerationSequences queued here.
         model = cast("DecodeModel[GenerationSequence]", self.model)
         scheduler = Scheduler.from_settings(self.name, model, settings, metrics)

@@ -16,7 +16,8 @@ from typing import Protocol
 import numpy as np
 
 from service.engine.errors import QueueFull, RequestTimeout
-from service.engine.kv import KVCache
+from contract.names import ATTENTION_MASK, PAST, POSITION_IDS, PRESENT
+from service.engine.kv import KVCache, kv_names
 from service.engine.sampling import log_softmax
 from service.engine.scheduling import MAX_PREFILL_TOKENS
 from service.runtime.sessions import GraphSession
@@ -75,15 +76,34 @@ class PromptScorer:
             results += self._score_chunk(chunk, top_k)
         return results
 
+    def _run_in_place(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """[B, S, V] logits of left-aligned prompts, through scratch buffers as long as the longest prompt."""
+        B, S = ids.shape
+        n_layers, n_kv_heads, d_head = self.shape
+        cache = {
+            past: (present, np.zeros((B, n_kv_heads, S, d_head), dtype=np.float32))
+            for past, present in zip(kv_names(PAST, n_layers), kv_names(PRESENT, n_layers), strict=True)
+        }
+        positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        feeds = {"input_ids": ids, ATTENTION_MASK: mask, POSITION_IDS: positions}
+        return self.session.run_in_place(feeds, ["logits"], cache)["logits"]
+
     def _score_chunk(self, prompts: list[list[int]], top_k: int) -> list[list[TokenScore]]:
         B, S = len(prompts), max(len(p) for p in prompts)
+        in_place = self.session.spec.writes_cache_in_place
         ids = np.full((B, S), self.pad, dtype=np.int64)
         mask = np.zeros((B, S), dtype=np.int64)
-        for b, prompt in enumerate(prompts):
-            ids[b, S - len(prompt) :] = prompt
-            mask[b, S - len(prompt) :] = 1
-        empty = KVCache.empty(B, *self.shape)
-        logits = self.session.run({"input_ids": ids, **empty.feeds(mask)}, ["logits"])["logits"]  # [B, S, V]
+        for b, prompt in enumerate(prompts):  # right aligned (left padded), or left aligned for an in-place cache
+            span = slice(0, len(prompt)) if in_place else slice(S - len(prompt), S)
+            ids[b, span] = prompt
+            mask[b, span] = 1
+        if in_place:
+            logits = self._run_in_place(ids, mask)
+            # Right aligned as below: row b's positions 0 .. n-1 move to S-n .. S-1.
+            logits = np.stack([np.roll(row, S - len(p), axis=0) for row, p in zip(logits, prompts, strict=True)])
+        else:
+            empty = KVCache.empty(B, *self.shape)
+            logits = self.session.run({"input_ids": ids, **empty.feeds(mask)}, ["logits"])["logits"]  # [B, S, V]
         scores = []
         for b, prompt in enumerate(prompts):
             n = len(prompt)

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
 from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
-from contract.names import LOGITS_TO_KEEP, TOP_IDS, TOP_K, TOP_LOGPROBS, TensorSpec
+from contract.names import IN_PLACE_AXIS, LOGITS_TO_KEEP, PAST, TOP_IDS, TOP_K, TOP_LOGPROBS, TensorSpec
 from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
 
@@ -57,6 +57,13 @@ class GraphSpec:
         """The graph takes ``logits_to_keep`` (generator exports since it was added; imports and older
         exports compute the logits of every position)."""
         return LOGITS_TO_KEEP in self.input_names
+
+    @property
+    def writes_cache_in_place(self) -> bool:
+        """The cache inputs are buffers of ``capacity`` positions that the graph writes the new keys and values
+        into (generator exports since the in-place cache; model/network/in_place.py); else ``present`` is the
+        past with the new tokens appended."""
+        return any(t.name.startswith(f"{PAST}.") and t.shape[2:3] == (IN_PLACE_AXIS,) for t in self.inputs)
 
     @property
     def ranks_top_k(self) -> bool:

@@ -291,6 +291,30 @@ class GraphSession:
     def has_output(self, name: str) -> bool:
         return name in self.output_names
 
+    def run_in_place(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str], cache: Mapping[str, tuple[str, np.ndarray]]
+    ) -> dict[str, np.ndarray]:
+        """Run with each cache buffer bound as an input and as the output that aliases it (past -> present,
+        buffer): the graph writes the new keys and values into the buffers (service/engine/slots.py). The
+        buffers are host memory: a CUDA session copies them each run (the in-place path is measured on CPU)."""
+        if self.detached:
+            raise RuntimeError(f"{self.name}: this is a front-end process; models run in the engine process")
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if name in self.optional_input_names:  # IOBinding takes an overridable initializer as an OrtValue only
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.asarray(value)))
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in outputs:  # bound first: get_outputs() lists them first
+            binding.bind_output(name, "cpu")
+        for past, (present, buffer) in cache.items():
+            value = ort.OrtValue.ortvalue_from_numpy(buffer)  # the buffer's memory itself, not a copy
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(present, value)
+        self.session.run_with_iobinding(binding)
+        values = binding.get_outputs()
+        return {name: values[i].numpy() for i, name in enumerate(outputs)}
+
     def run(
         self, feeds: Mapping[str, Tensor], outputs: Sequence[str], keep: Collection[str] = (), busy: bool = False
     ) -> dict[str, Tensor]:

@@ -1,0 +1,97 @@
+"""Running a decoder graph whose cache is written in place (service/engine/slots.py): a prompt's chunks into
+its own slot, and decode steps over the slots in use.
+
+Rows are right aligned in their slots: a row's tokens are positions 0 .. length - 1 of its slot, and the
+attention mask tells the graph each row's total length (past + new) as leading ones. A decode step runs
+every slot up to the high-water mark: a slot that holds no decoding row (free, or a prompt half fed)
+gets a pad token written at its own length, where the next chunk of that prompt writes over it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from contract.names import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from service.engine.prefix_cache import BLOCK, PrefixCache
+from service.engine.slots import SlotBuffers, SlotHold
+from service.runtime.artifact import Artifact
+from service.runtime.sessions import GraphSession
+
+
+def _leading_ones(lengths: np.ndarray) -> np.ndarray:
+    """[B, max(lengths)] int64 masks with each row's first `length` entries 1."""
+    return (np.arange(int(lengths.max())) < lengths[:, None]).astype(np.int64)
+
+
+class InPlaceDecoder:
+    """One generator's slots, prefix store and graph calls; used by its worker thread only."""
+
+    def __init__(self, session: GraphSession, artifact: Artifact, slots: int, budget: int, prefix_share: float) -> None:
+        self.session = session
+        self.pad = artifact.special_tokens["pad"]
+        self._shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
+        self._slots, self._capacity = slots, artifact.max_positions
+        self._buffers: SlotBuffers | None = None
+        self.budget = budget
+        self.bytes_per_token = 2 * int(np.prod(self._shape)) * 4
+        prefix_bytes = int(budget * prefix_share)
+        block_bytes = BLOCK * self.bytes_per_token
+        self.prefixes = PrefixCache(prefix_bytes, block_bytes) if prefix_bytes >= block_bytes else None
+
+    @property
+    def buffers(self) -> SlotBuffers:
+        """Mapped on first use, in the engine process's worker (a forked front end never maps them)."""
+        if self._buffers is None:
+            self._buffers = SlotBuffers(*self._shape, self._slots, self._capacity)
+        return self._buffers
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of keys and values held now: the slots' tokens and the prefix store."""
+        held = self._buffers.cached_tokens * self.bytes_per_token if self._buffers is not None else 0
+        return held + (self.prefixes.bytes if self.prefixes is not None else 0)
+
+    def begin(self, owner: object, prompt: list[int]) -> SlotHold:
+        """A slot for a new prompt, holding its longest cached prefix."""
+        hold = SlotHold.take(owner, self.buffers)
+        if self.prefixes is not None:
+            self.prefixes.reuse(prompt, hold.slot, self.buffers)
+        return hold
+
+    def feed(self, slot: int, prompt: list[int], width: int) -> np.ndarray:
+        """The prompt's next `width` tokens into its slot; the last position's logits [V]."""
+        buffers = self.buffers
+        fed = int(buffers.lengths[slot])
+        ids = np.asarray([prompt[fed : fed + width]], dtype=np.int64)
+        positions = np.arange(fed, fed + width, dtype=np.int64)[None]
+        mask = np.ones((1, fed + width), dtype=np.int64)
+        logits = self._run(ids, mask, positions, slot, slot + 1)
+        buffers.lengths[slot] = fed + width
+        if fed + width == len(prompt) and self.prefixes is not None:
+            self.prefixes.remember(prompt, slot, buffers)
+        return logits[0]
+
+    def step(self, slots: np.ndarray, next_ids: np.ndarray) -> np.ndarray:
+        """One token per decoding row (`slots[i]` feeds `next_ids[i]`); their logits [B, V]."""
+        buffers = self.buffers
+        n = int(slots.max()) + 1
+        lengths = buffers.lengths[:n]
+        ids = np.full((n, 1), self.pad, dtype=np.int64)
+        ids[slots, 0] = next_ids
+        positions = np.zeros((n, 1), dtype=np.int64)
+        positions[slots, 0] = lengths[slots]
+        logits = self._run(ids, _leading_ones(lengths + 1), positions, 0, n)
+        buffers.lengths[slots] += 1
+        return logits[slots]
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, first: int, stop: int) -> np.ndarray:
+        buffers = self.buffers
+        views = buffers.views(first, stop)
+        cache = dict(zip(buffers.past_names, zip(buffers.present_names, views, strict=True), strict=True))
+        feeds = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions, **self.session.last_logits_only}
+        logits = self.session.run_in_place(feeds, ["logits"], cache)["logits"]
+        return logits[:, -1]
+
+    def spare(self, nbytes: int) -> int:
+        """Give back up to `nbytes` of the prefix store for running sequences; bytes freed."""
+        return self.prefixes.evict(nbytes) if self.prefixes is not None else 0
