@@ -5,15 +5,16 @@
 # make artifacts  fetch the data, train the three models, export them to artifacts/ and measure the graphs
 # make e2e    build the Docker image and test the real container (needs ../shared/tools/docker-sandbox
 #             or a running Docker engine); this is the second half of .ci/run
+# make gpu-check  on an NVIDIA GPU: install onnxruntime-gpu, fail unless CUDA is really used, parity, real-size rows
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv peers
+.PHONY: help check test test-all run artifacts e2e docker-build up down clean-venv peers gpu-wheels gpu-check
 
 help:
-	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,7p'
+	@sed -n 's/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST)) | sed -n '1,8p'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +80,19 @@ $(PEERS_VENV)/.installed: benchmarks/peers_env.py
 	$(PEERS_PY) -m pip install torch==2.13.0 onnxruntime-genai==0.18.0 onnx==1.23.2 onnx-ir==1.1.0 \
 		sentence-transformers==6.3.0
 	touch $@
+
+# The GPU path in one call (benchmarks/gpu_check.py, docs/benchmarks.md#the-gpu-path-in-one-call), with the
+# machine's own python3 (not .venv: its onnxruntime is the CPU build): onnxruntime-gpu from .gpu-wheels, stashed
+# wheels or PyPI, the provider check (exit 2 unless CUDA is really used), parity, the real-size rows; JSON in
+# $OUT or bench_results/gpu_check.json. gpu-wheels: those wheels, here, for a GPU machine without PyPI.
+GPU_CHECK_ARGS ?=
+GPU_WHEELS_ARGS ?=
+
+gpu-check:
+	$(PYTHON) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+
+gpu-wheels: | $(PY)
+	$(PY) -m benchmarks.gpu_wheels download $(GPU_WHEELS_ARGS)
 
 e2e: $(VENV)/.installed-dev
 	bash harness/deploy/run.sh

@@ -1,7 +1,8 @@
 """The rows of benchmarks/peers.py, and the peers that run in process: CTranslate2 and onnxruntime-genai.
 
     python -m benchmarks.peers_engines ENGINE MODEL_DIR '<json: {"rows": [...], "scale": s, "rounds": n,
-                                                                 "threads": t, "vocab": v, "compute_type": c}>'
+                                                                 "threads": t, "vocab": v, "compute_type": c,
+                                                                 "device": "cpu", "requests_factor": 1}>'
 
 runs in the interpreter that has the engine (CTranslate2: .venv; onnxruntime-genai: .venv-peers) and prints one
 JSON line: each row's measures, a list per round. This module imports nothing of the project's but numpy, so
@@ -10,6 +11,7 @@ that both venvs run it. Prompts are random token ids, a fresh one per request (n
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -97,10 +99,10 @@ def run_row(row: Row, batch: Batch, vocab: int, seed: int) -> dict[str, float]:
     return streams_summary([r[1] for r in results], [stream_rate(n, a, b) for n, a, b in results])
 
 
-def ct2_batch(model_dir: str, threads: int, compute_type: str) -> Batch:
+def ct2_batch(model_dir: str, threads: int, compute_type: str, device: str = "cpu") -> Batch:
     import ctranslate2
 
-    generator = ctranslate2.Generator(model_dir, device="cpu", intra_threads=threads, inter_threads=1,
+    generator = ctranslate2.Generator(model_dir, device=device, intra_threads=threads, inter_threads=1,
                                       compute_type=compute_type)
     vocab: list[str] = json.loads(Path(model_dir, "vocabulary.json").read_text())
 
@@ -176,7 +178,7 @@ def main() -> None:
         print(json.dumps(ct2_encoder_rows(model_dir, spec)))
         return
     if engine == "ct2":
-        batch = ct2_batch(model_dir, spec["threads"], spec["compute_type"])
+        batch = ct2_batch(model_dir, spec["threads"], spec["compute_type"], spec.get("device", "cpu"))
     elif engine == "genai":
         batch = genai_batch(model_dir)
     else:
@@ -185,6 +187,8 @@ def main() -> None:
     for round_ in range(spec["rounds"]):
         for index, name in enumerate(spec["rows"]):
             row = ROWS[name].scaled(spec["scale"])
+            # more requests per row where each takes milliseconds (a GPU): a longer, steadier timed window
+            row = dataclasses.replace(row, requests=row.requests * spec.get("requests_factor", 1))
             out.setdefault(name, []).append(run_row(row, batch, spec["vocab"], seed=1000 * round_ + index))
             print(f"  {engine} {spec.get('compute_type', '')} round {round_ + 1} {name}: {out[name][-1]}",
                   file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ ids is the same tokens for every engine, and every generated id decodes to one w
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -132,9 +133,21 @@ def _step(what: str, done: Path, command: list[str]) -> None:
     print(f"built {what} in {time.perf_counter() - started:.0f} s", flush=True)
 
 
-def build(work: Path, shape: Shape, threads: int, genai: bool) -> None:
-    """The checkpoint, our import, CTranslate2's conversion and (`genai`) onnxruntime-genai's fp32 and int4
-    graphs of one model, each step skipped when done."""
+def ct2_converter() -> list[str]:
+    """CTranslate2's converter: the console script beside this interpreter, else its entry point (pip --target,
+    as benchmarks/gpu_check.py installs it, puts the script elsewhere); [] without ctranslate2."""
+    script = Path(sys.executable).parent / "ct2-transformers-converter"
+    if script.is_file():
+        return [str(script)]
+    if importlib.util.find_spec("ctranslate2") is None:
+        return []
+    entry = "import sys; from ctranslate2.converters.transformers import main; sys.argv[0] = 'ct2'; main()"
+    return [sys.executable, "-c", entry]
+
+
+def build(work: Path, shape: Shape, threads: int, genai: bool, ct2: bool = True) -> None:
+    """The checkpoint, our import, CTranslate2's conversion (`ct2`) and (`genai`) onnxruntime-genai's fp32 and
+    int4 graphs of one model, each step skipped when done."""
     root = folder(work, shape)
     hf = root / "hf"
     if not (hf / "model.safetensors").is_file():
@@ -145,10 +158,10 @@ def build(work: Path, shape: Shape, threads: int, genai: bool) -> None:
     _step(f"{shape.name} (ours)", ours / "config.json",
           [sys.executable, "-m", "scripts.import_checkpoint", str(hf), "--out", str(ours), "--no-int8",
            "--threads", str(threads), "--license", "random weights"])
-    converter = Path(sys.executable).parent / "ct2-transformers-converter"
-    if converter.is_file():
+    converter = ct2_converter() if ct2 else []
+    if converter:
         _step(f"{shape.name} (CTranslate2)", root / "ct2" / "model.bin",
-              [str(converter), "--model", str(hf), "--output_dir", str(root / "ct2"), "--force"])
+              [*converter, "--model", str(hf), "--output_dir", str(root / "ct2"), "--force"])
     if genai and shape.role == "decoder" and has_genai():
         for precision in ("fp32", "int4"):
             out = root / f"genai-{precision}"
@@ -187,6 +200,8 @@ if __name__ == "__main__":  # python -m benchmarks.peers_models NAME... [--work 
     parser.add_argument("models", nargs="+", choices=sorted(SHAPES))
     parser.add_argument("--work", type=Path, default=REPO / ".peers-cache")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2's conversion")
+    parser.add_argument("--no-genai", action="store_true", help="skip onnxruntime-genai's model builder")
     args = parser.parse_args()
     for name in args.models:
-        build(args.work, SHAPES[name], args.threads, genai=True)
+        build(args.work, SHAPES[name], args.threads, genai=not args.no_genai, ct2=not args.no_ct2)
