@@ -1,6 +1,6 @@
 """Import a Hugging Face-format checkpoint folder into an artifact the server loads.
 
-    python -m scripts.import_checkpoint DIR --out artifacts/NAME [--random-head negative,positive]
+    python -m scripts.import_checkpoint DIR --out artifacts/NAME [--random-head negative,positive] [--quantize int4]
 
 DIR holds config.json, model.safetensors or pytorch_model.bin, and tokenizer files (tokenizer.json,
 or a slow tokenizer that transformers converts). Families: every model_type of model/families/, listed
@@ -16,6 +16,9 @@ model/families/dims.py is lowered to it, and the card says so. An encoder import
 - a classifier with a random head only when --random-head names its classes (for fine-tuning; a warning
   is printed, and its scores mean nothing until then).
 
+--quantize int8|int4 stores every MatMul weight as int8 or int4 blocks (model/export/quantize.py) in the graphs
+the server loads; the card states the precision and its cost against the fp32 export (model/importing/quantized.py).
+
 The folder's name is the served model name; serve it with SERVE_MODELS=...,NAME.
 """
 
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from model.export.quantize import PRECISIONS
 from model.families import FAMILIES
 from model.importing.hf_artifact import import_to_artifact
 from model.importing.hf_chat_template import find_chat_template, template_tokens
@@ -60,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
                              "trained one (to fine-tune); without it such an encoder imports as an embedder")
     parser.add_argument("--license", help="license of the weights (default: read from the folder's README.md)")
     parser.add_argument("--no-int8", action="store_true", help="skip the dynamic-int8 graph variants")
+    parser.add_argument("--quantize", choices=["fp32", *PRECISIONS], default="fp32",
+                        help="weights of the served graphs: fp32 (stored as fp16; default), or int8 / int4 blocks "
+                             "(MatMulNBits), the cost against fp32 measured into the card")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -70,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_chat_template(args.checkpoint)  # before the import's minutes of work
         card = import_to_artifact(args.checkpoint, args.out, args.out.name, labels, args.license,
-                                  int8=not args.no_int8, command=command)
+                                  int8=not args.no_int8, command=command,
+                                  quantize=None if args.quantize == "fp32" else args.quantize)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -78,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         if note.startswith("WARNING"):
             print(note, file=sys.stderr)
     task = json.loads((args.out / "config.json").read_text())["task"]
-    print(json.dumps({"artifact": str(args.out), "task": task, "parity": card["parity"], "notes": card["notes"]},
-                     indent=2))
+    summary = {"artifact": str(args.out), "task": task, "parity": card["parity"], "notes": card["notes"]}
+    if "quantization" in card:
+        summary["quantization"] = card["quantization"]
+    print(json.dumps(summary, indent=2))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +21,14 @@ FP16_MIN_ELEMENTS = 1024  # small tensors (biases, LayerNorm) stay fp32: no gain
 FP16_SUFFIX = "__fp16"
 
 
-def store_initializers_fp16(path: Path) -> None:
-    """Rewrite large fp32 initializers as fp16 + Cast(to=float): half the bytes, same values."""
+def store_initializers_fp16(path: Path, keep_float: Collection[str] = ()) -> None:
+    """Rewrite large fp32 initializers as fp16 + Cast(to=float): half the bytes, same values (those named in
+    ``keep_float`` stay fp32)."""
     m = onnx.load(str(path))
     graph, casts, kept = m.graph, [], []
     for init in graph.initializer:
-        if init.data_type == onnx.TensorProto.FLOAT and int(np.prod(init.dims)) >= FP16_MIN_ELEMENTS:
+        large = init.data_type == onnx.TensorProto.FLOAT and int(np.prod(init.dims)) >= FP16_MIN_ELEMENTS
+        if large and init.name not in keep_float:
             half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name + FP16_SUFFIX)
             kept.append(half)
             casts.append(helper.make_node("Cast", [half.name], [init.name], to=onnx.TensorProto.FLOAT))
@@ -103,6 +106,8 @@ def add_int8_variants(artifacts_dir: Path) -> list[Path]:
         folder = config_path.parent
         if "weights_package" in config:
             print(f"{folder.name}: its weights come from {config['weights_package']['distribution']}; no int8 variant")
+            continue
+        if config.get("export", {}).get("quantization"):  # model/export/quantize.py: its graphs are quantized already
             continue
         for role, graph in config["graphs"].items():
             if graph.get("int8_file"):

@@ -16,6 +16,7 @@ from model.export.graphs import export_model
 from model.importing.hf_chat_template import write_chat_template
 from model.importing.hf_import import Imported, checked_config, import_checkpoint
 from model.importing.hf_tokenizer import languages, load_tokenizer, special_tokens
+from model.importing.quantized import card_rows, quantize_imported
 from model.importing.sentence_transformers_folder import is_sentence_transformer, read_sentence_transformer
 from model.network.embedder import Embedder
 from model.training.card import count_parameters, use_sections
@@ -96,6 +97,8 @@ def write_card(out: Path, card: dict[str, Any]) -> None:
         lines.append(f"| parity: {key} | {value} |")
     for key, value in card.get("metrics", {}).items():
         lines.append(f"| {key} | {value} |")
+    if card.get("quantization"):
+        lines += card_rows(card["quantization"])
     lines += [f"| note | {note} |" for note in card.get("notes", [])]
     lines += use_sections(card)  # a card with an intended use (scripts/finetune_pretrained.py writes one)
     (out / "card.md").write_text("\n".join(lines) + "\n")
@@ -135,11 +138,12 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
 
 def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | None = None,
                        license_: str | None = None, int8: bool = True, command: str = "",
-                       fp16_storage: bool = True) -> dict[str, Any]:
+                       fp16_storage: bool = True, quantize: str | None = None) -> dict[str, Any]:
     """Import ``folder``, export it to ``out`` (served as ``name``) and write its card; returns the card.
 
     A sentence-transformers folder (modules.json) imports as an embedder pooled as its Pooling module says;
-    ``labels`` asks for a random classification head on an encoder that has no trained one."""
+    ``labels`` asks for a random classification head on an encoder that has no trained one. ``quantize``
+    ("int8", "int4") quantizes the exported graphs, which the card's cost is measured against."""
     embedding = None
     if is_sentence_transformer(folder):
         st = read_sentence_transformer(folder)
@@ -155,11 +159,13 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
         result.notes.append(f"sentence-transformers modules {', '.join(st.modules)}: {embedding.pooling} pooling, "
                             f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")
     parity = torch_parity(result, checkpoint, tokenizer, specials)
-    export_imported(result, tokenizer, out, name, int8, fp16_storage)
+    export_imported(result, tokenizer, out, name, int8 and not quantize, fp16_storage)
     if result.chat and write_chat_template(checkpoint, out):  # chat needs the checkpoint's template
         result.notes.append("chat template from the checkpoint: POST /v1/chat/completions renders with it")
     card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
                        onnx_parity(parity, family, out))
+    if quantize:
+        card["quantization"] = quantize_imported(out, quantize, fp16_storage, family, tokenizer, specials)
     write_card(out, card)
     return card
 
@@ -169,4 +175,6 @@ def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tokenizer.save(str(path))
-        export_model(result.kind, result.model, path, out, int8=int8, name=name, fp16_storage=fp16_storage)
+        # An imported decoder writes its cache in place (long contexts without copying the cache every step).
+        export_model(result.kind, result.model, path, out, int8=int8, name=name, fp16_storage=fp16_storage,
+                     in_place_cache=result.kind == "generator")
