@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=["fp32", *PRECISIONS], default="fp32",
                         help="weights of the served graphs: fp32 (stored as fp16; default), or int8 / int4 blocks "
                              "(MatMulNBits), the cost against fp32 measured into the card")
+    parser.add_argument("--kv-cache", choices=["in-place", "appended"], default="in-place",
+                        help="a decoder's cache: written in place by its graph (default: no copy per step, long "
+                             "contexts) or appended to and returned (each step copies it; attention maps served)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         check_chat_template(args.checkpoint)  # before the import's minutes of work
         card = import_to_artifact(args.checkpoint, args.out, args.out.name, labels, args.license,
                                   int8=not args.no_int8, command=command,
-                                  quantize=None if args.quantize == "fp32" else args.quantize)
+                                  quantize=None if args.quantize == "fp32" else args.quantize, kv_cache=args.kv_cache)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

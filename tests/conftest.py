@@ -84,6 +84,25 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture(scope="session")
+def tiny_in_place_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny generator alone, its graph writing its cache in place (as an imported decoder's does)."""
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("tiny-in-place")) if cache is not None else tmp_path_factory.mktemp("tiny-in-place")
+    folder = root / _model_source_hash()
+    if not (folder / "generator" / "golden.json").is_file():
+        from model.export.tiny import export_tiny_artifacts
+
+        staging = tmp_path_factory.mktemp("tiny-in-place-export")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            export_tiny_artifacts(staging, ("generator",), in_place_cache=True)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_encoder_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny encoder artifacts beside the kinds (model/export/tiny.py TINY_ENCODERS): ``<folder>/embedder``
     (embedding task, mean pooling, normalize true) and ``<folder>/reranker`` (classification, one label

@@ -138,7 +138,7 @@ def translator_specs(model: Translator, top_k: bool = True) -> list[GraphSpec]:
     return [encoder, decoder]
 
 
-def generator_specs(model: Generator, logits_to_keep: bool = True, in_place: bool = True) -> list[GraphSpec]:
+def generator_specs(model: Generator, logits_to_keep: bool = True, in_place: bool = False) -> list[GraphSpec]:
     """The decoder graph; ``logits_to_keep=False`` builds the graph of artifacts exported before that input.
     ``in_place``: its cache inputs are buffers of ``capacity`` positions that the graph writes the new keys
     and values into (model/network/in_place.py; no attention maps); else ``present`` = past + new."""
@@ -337,10 +337,13 @@ def export_model(
     fp16_storage: bool = True,
     int8: bool = True,
     name: str | None = None,
+    in_place_cache: bool = False,
 ) -> dict[str, Any]:
     """Export ``model`` to ``out_dir`` (graphs, config.json, tokenizer.json, card, golden.json).
 
-    ``name`` is the served model name (default: ``kind``); serve it from a folder of that name."""
+    ``name`` is the served model name (default: ``kind``); serve it from a folder of that name.
+    ``in_place_cache``: a generator's cache inputs are buffers its graph writes into (model/network/in_place.py:
+    no copy of the cache per step, no attention maps); else ``present`` = past + new, with attention maps."""
     from model.export.golden import record_golden
     from model.kinds import model_kind  # the kinds' records name this module's spec builders
 
@@ -350,7 +353,8 @@ def export_model(
     if fp16_storage:
         round_weights_to_fp16(model)
     graphs: dict[str, dict[str, Any]] = {}
-    for spec in model_kind(kind).graphs(model):
+    options = {"in_place": True} if in_place_cache else {}
+    for spec in model_kind(kind).graphs(model, **options):
         path = out_dir / graph_file(spec.role)
         export_graph(spec, path)
         int8_file = None

@@ -93,8 +93,11 @@ def build_tiny(name: str) -> tuple[nn.Module, Tokenizer, str]:
     return model, tokenizer, name
 
 
-def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = tuple(KINDS)) -> None:
-    """Tiny models with real (tiny) tokenizers in ``out_dir/<name>/``: any of KINDS and TINY_ENCODERS.
+def export_tiny_artifacts(
+    out_dir: Path, kinds: tuple[str, ...] = tuple(KINDS), in_place_cache: bool = False
+) -> None:
+    """Tiny models with real (tiny) tokenizers in ``out_dir/<name>/``: any of KINDS and TINY_ENCODERS
+    (``in_place_cache``: the generator's graph writes its cache in place, as an imported decoder's does).
 
     The PyTorch reference of each is ``build_tiny(name)[0]`` with ``round_weights_to_fp16`` applied.
     """
@@ -103,5 +106,5 @@ def export_tiny_artifacts(out_dir: Path, kinds: tuple[str, ...] = tuple(KINDS)) 
         model, tokenizer, kind = build_tiny(name)
         tokenizer_path = out_dir / f"{name}.tokenizer.json"
         tokenizer.save(str(tokenizer_path))
-        export_model(kind, model, tokenizer_path, out_dir / name, name=name)
+        export_model(kind, model, tokenizer_path, out_dir / name, name=name, in_place_cache=in_place_cache)
         tokenizer_path.unlink()

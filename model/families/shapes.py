@@ -20,6 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from contract.names import IN_PLACE_AXIS
 from model.families.base import CheckpointError, Tensors, strip_prefix
 from model.families.dims import ConfigDims
 from model.importing.generation_config import apply_generation_config, apply_seq2seq_generation_config
@@ -96,12 +97,19 @@ def padded(tokenizer: Tokenizer, texts: list[str], pad: int, left: bool = False)
     return ids, types, mask
 
 
-def empty_cache(config: dict[str, Any], batch: int, prefix: str) -> dict[str, np.ndarray]:
-    """An artifact decoder's past key/value inputs, zero positions long."""
+def empty_cache(config: dict[str, Any], batch: int, prefix: str, length: int = 0) -> dict[str, np.ndarray]:
+    """An artifact decoder's past key/value inputs, zero positions long (or zeros of `length` positions: the
+    buffers of a graph that writes its cache in place)."""
     dims = config["dims"]
     layers = dims.get("n_decoder_layers", dims.get("n_layers"))
-    shape = (batch, dims.get("n_kv_heads", dims["n_heads"]), 0, dims["d_head"])
+    shape = (batch, dims.get("n_kv_heads", dims["n_heads"]), length, dims["d_head"])
     return {f"{prefix}.{i}.{kv}": np.zeros(shape, np.float32) for i in range(layers) for kv in ("key", "value")}
+
+
+def writes_cache_in_place(config: dict[str, Any]) -> bool:
+    """Whether config.json's decoder graph takes cache buffers it writes into (model/network/in_place.py)."""
+    inputs = config["graphs"].get("decoder", {}).get("inputs", [])
+    return any(IN_PLACE_AXIS in spec["shape"] for spec in inputs)
 
 
 def numpy_inputs(inputs: dict[str, Tensor]) -> dict[str, np.ndarray]:
@@ -250,8 +258,15 @@ class DecoderFamily:
     def graph_output(self, run: GraphRunner, config: dict[str, Any], inputs: dict[str, Tensor]) -> np.ndarray:
         given = numpy_inputs(inputs)
         feeds = {k: given[k] for k in ("input_ids", "attention_mask", "position_ids")}
-        feeds |= empty_cache(config, len(given["input_ids"]), "past_key_values")
-        return run("decoder", feeds)["logits"]
+        if not writes_cache_in_place(config):
+            return run("decoder", feeds | empty_cache(config, len(given["input_ids"]), "past_key_values"))["logits"]
+        # Its rows start at position 0 (right padded), in buffers as long as the batch: shift each row left,
+        # run, and shift the logits back.
+        B, S = feeds["input_ids"].shape
+        shifts = S - feeds["attention_mask"].sum(axis=1)
+        aligned = {k: np.stack([np.roll(v[b], -shifts[b]) for b in range(B)]) for k, v in feeds.items()}
+        logits = run("decoder", aligned | empty_cache(config, B, "past_key_values", S))["logits"]
+        return np.stack([np.roll(logits[b], shifts[b], axis=0) for b in range(B)])
 
     def compared_positions(self, inputs: dict[str, Tensor]) -> Tensor:
         return inputs["attention_mask"].bool()

@@ -138,8 +138,11 @@ def import_card(name: str, result: Imported, folder: Path, license_: str, comman
 
 def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | None = None,
                        license_: str | None = None, int8: bool = True, command: str = "",
-                       fp16_storage: bool = True, quantize: str | None = None) -> dict[str, Any]:
+                       fp16_storage: bool = True, quantize: str | None = None,
+                       kv_cache: str = "in-place") -> dict[str, Any]:
     """Import ``folder``, export it to ``out`` (served as ``name``) and write its card; returns the card.
+    ``kv_cache``: a decoder's graph writes its cache "in-place" (no copy per step; no attention maps) or
+    returns it "appended" (past + new, with attention maps).
 
     A sentence-transformers folder (modules.json) imports as an embedder pooled as its Pooling module says;
     ``labels`` asks for a random classification head on an encoder that has no trained one. ``quantize``
@@ -159,7 +162,7 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
         result.notes.append(f"sentence-transformers modules {', '.join(st.modules)}: {embedding.pooling} pooling, "
                             f"normalize {str(embedding.normalize).lower()}, max_seq_length {embedding.max_positions}")
     parity = torch_parity(result, checkpoint, tokenizer, specials)
-    export_imported(result, tokenizer, out, name, int8 and not quantize, fp16_storage)
+    export_imported(result, tokenizer, out, name, int8 and not quantize, fp16_storage, kv_cache == "in-place")
     if result.chat and write_chat_template(checkpoint, out):  # chat needs the checkpoint's template
         result.notes.append("chat template from the checkpoint: POST /v1/chat/completions renders with it")
     card = import_card(name, result, folder, checkpoint_license(folder, license_), command,
@@ -171,10 +174,9 @@ def import_to_artifact(folder: Path, out: Path, name: str, labels: list[str] | N
 
 
 def export_imported(result: Imported, tokenizer: Any, out: Path, name: str, int8: bool,
-                    fp16_storage: bool = True) -> None:
+                    fp16_storage: bool = True, in_place_cache: bool = True) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "tokenizer.json"
         tokenizer.save(str(path))
-        # An imported decoder writes its cache in place (long contexts without copying the cache every step).
         export_model(result.kind, result.model, path, out, int8=int8, name=name, fp16_storage=fp16_storage,
-                     in_place_cache=result.kind == "generator")
+                     in_place_cache=in_place_cache and result.kind == "generator")

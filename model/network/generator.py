@@ -59,7 +59,9 @@ class Generator(nn.Module):
         x = self.dropout(self.ln_emb(x))
         rope = self.rotary(position_ids) if self.rotary is not None else None
         bias: Tensor | InPlaceCache = (
-            InPlaceCache.from_mask(attention_mask) if in_place else layers.causal_padding_bias(attention_mask, S, x.dtype)
+            InPlaceCache.from_mask(attention_mask)
+            if in_place
+            else layers.causal_padding_bias(attention_mask, S, x.dtype)
         )
         presents, weights = [], []
         for i, block in enumerate(self.blocks):

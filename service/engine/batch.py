@@ -73,7 +73,7 @@ class SequenceBatch(Generic[E]):
     def _state_with(self, other: SequenceBatch[E]) -> DecodeState:
         """The decode state of this batch's rows followed by `other`'s."""
         return DecodeState(
-            cache=KVCache.concat([self.cache, other.cache]) if self.cache is not None and other.cache is not None else None,
+            cache=None if self.cache is None or other.cache is None else KVCache.concat([self.cache, other.cache]),
             next_ids=np.concatenate([self.next_ids, other.next_ids]),
             chooser=ChooserRows.concat([self.chooser, other.chooser]),
             stops=StopRows.concat([self.stops, other.stops]),

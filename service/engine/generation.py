@@ -11,6 +11,7 @@ of its tokens (`stopping`).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +33,11 @@ from service.engine.constraints import (
 )
 from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics, finished_reason
-from service.engine.slot_steps import InPlaceDecoder
-from service.engine.slots import SlotHold
+from service.engine.prompts import PromptBatch, SlotPrompts, release_slots
 from service.engine.sampling import SamplingParams
 from service.engine.sequence import Emit, Sequence
+from service.engine.slot_steps import InPlaceDecoder
+from service.engine.slots import SlotHold
 from service.engine.stopping import END, StopRows, release
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
@@ -87,6 +89,7 @@ class GenerationSequence(Sequence):
         super().__init__(rows=1, prefill_tokens=len(prompt_ids))
         self.prompt_ids = prompt_ids
         self.params = params
+        self.cache_tokens = len(prompt_ids) + params.max_new_tokens
 
 
 class _Row:
@@ -132,6 +135,7 @@ class GenerationModel:
         self.finished = metrics.request_success
         self.prefill_time = metrics.prefill_time.labels(name)
         self.decode_time = metrics.decode_time.labels(name)
+        self.time_per_output_token = metrics.time_per_output_token.labels(name)
         self.vocab_size = artifact.vocab_size
         self.eos = artifact.special_tokens["eos"]
         self.end_tokens = np.asarray(artifact.end_tokens, dtype=np.int64)  # eos, or all of a model's end tokens
@@ -144,6 +148,22 @@ class GenerationModel:
         self.attention_names = names if all(session.has_output(n) for n in names) else []
         self.grammars = Grammars(tokenizer, self.vocab_size, list(artifact.end_tokens))
         self._closing_scores: np.ndarray | None = None
+
+    # --- the key/value cache's memory budget (CacheBudgeted; the in-place cache only) ----------------------
+
+    @property
+    def cache_budget(self) -> int | None:
+        return self.in_place.budget if self.in_place is not None else None
+
+    def cache_cost(self, seq: Sequence) -> int:
+        return seq.cache_tokens * self.in_place.bytes_per_token if self.in_place is not None else 0
+
+    def cache_room(self, running: Iterable[Sequence], wanted: int) -> int:
+        assert self.in_place is not None, "asked only where there is a budget"
+        return self.in_place.room(sum(self.cache_cost(seq) for seq in running), wanted)
+
+    def cache_usage(self) -> float:
+        return self.in_place.cached_bytes / self.in_place.budget if self.in_place is not None else 0.0
 
     def closing_scores(self) -> np.ndarray:
         if self._closing_scores is None:  # on the first row that needs them: a pass over the vocabulary
@@ -166,7 +186,7 @@ class GenerationModel:
         assert finished is not None
         return finished
 
-    def start_prefill(self, sequences: list[Sequence]) -> PromptBatch:
+    def start_prefill(self, sequences: list[Sequence]) -> PromptBatch | SlotPrompts:
         """The newcomers' prompts, to be fed a chunk per scheduler step (`PromptBatch.advance`)."""
         rows = [_Row(seq, self) for seq in sequences if isinstance(seq, GenerationSequence)]
         return SlotPrompts(self, self.in_place, rows) if self.in_place is not None else PromptBatch(self, rows)
@@ -218,6 +238,8 @@ class GenerationModel:
             if row.seq.admitted is not None:
                 self.prefill_time.observe(row.first_token_at - row.seq.admitted)
             self.decode_time.observe(time.perf_counter() - row.first_token_at)
+            if len(row.tokens) > 1 and row.last_token_at is not None:
+                self.time_per_output_token.observe((row.last_token_at - row.first_token_at) / (len(row.tokens) - 1))
 
     def banned(self, rows: int) -> tuple[np.ndarray, np.ndarray] | None:
         """(rows, tokens) pairs no row may draw: the model's bad_words_ids, in every row."""
@@ -237,77 +259,6 @@ class GenerationModel:
         return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top)
 
 
-class PromptBatch:
-    """Newcomers whose left-padded prompts are fed to the graph a chunk of columns per call (chunked
-    prefill, as in Sarathi-Serve and vLLM): while a batch decodes, each of its steps then waits for one
-    bounded chunk instead of for whole prompts. Every chunk attends to the cache of the ones before it,
-    so the last chunk's logits are those of one whole-prompt call."""
-
-    def __init__(self, model: GenerationModel, rows: list[_Row]) -> None:
-        self.model = model
-        self.rows = rows
-        B, S = len(rows), max(len(r.seq.prompt_ids) for r in rows)
-        self.ids = np.full((B, S), model.pad, dtype=np.int64)
-        self.mask = np.zeros((B, S), dtype=np.int64)
-        for b, row in enumerate(rows):  # left padding: every prompt ends in the last column
-            n = len(row.seq.prompt_ids)
-            self.ids[b, S - n :] = row.seq.prompt_ids
-            self.mask[b, S - n :] = 1
-        self.cache = KVCache.empty(B, model.n_layers, model.artifact.n_kv_heads, model.artifact.d_head)
-        self.fed = 0  # columns already in the cache
-        # Attention maps are cut from one whole-prompt call: such a batch is never split.
-        self.attention = any(r.params.return_attention for r in rows)
-
-    @property
-    def sequences(self) -> list[Sequence]:
-        return [r.seq for r in self.rows]
-
-    def advance(self, max_tokens: int | None) -> tuple[list[Emit], GenerationBatch | None] | None:
-        """Feed the next chunk, at most `max_tokens` padded tokens (at least one column; None: all the
-        rest). None while columns remain; after the last, the first tokens and the decode batch."""
-        B, S = self.ids.shape
-        width = S - self.fed
-        if max_tokens is not None and not self.attention:
-            width = min(width, max(1, max_tokens // B))
-        columns = slice(self.fed, self.fed + width)
-        ids, mask = self.ids[:, columns], self.mask[:, columns]
-        logits, self.cache, attn = self.model.run(ids, self.cache, mask, self.attention)
-        self.fed += width
-        if self.fed < S:
-            return None
-        return self.model.first_tokens(self.rows, logits, self.cache, attn, S)
-
-
-class SlotPrompts:
-    """Newcomers' prompts fed into their own cache slots (slot_steps.py), one row after another, at most
-    `max_tokens` tokens per call: no padding, and a prompt starts from its longest cached prefix."""
-
-    def __init__(self, model: GenerationModel, decoder: InPlaceDecoder, rows: list[_Row]) -> None:
-        self.model, self.decoder, self.rows = model, decoder, rows
-        for row in rows:
-            row.hold = decoder.begin(row, row.seq.prompt_ids)
-        self.logits: list[np.ndarray] = []  # the last prompt position's, of the rows done
-
-    @property
-    def sequences(self) -> list[Sequence]:
-        return [r.seq for r in self.rows]
-
-    def advance(self, max_tokens: int | None) -> tuple[list[Emit], GenerationBatch | None] | None:
-        budget = max_tokens if max_tokens is not None else sum(len(r.seq.prompt_ids) for r in self.rows)
-        while len(self.logits) < len(self.rows) and budget > 0:
-            row = self.rows[len(self.logits)]
-            assert row.hold is not None
-            prompt = row.seq.prompt_ids
-            width = min(len(prompt) - int(self.decoder.buffers.lengths[row.hold.slot]), budget)
-            logits = self.decoder.feed(row.hold.slot, prompt, width)
-            budget -= width
-            if self.decoder.buffers.lengths[row.hold.slot] == len(prompt):
-                self.logits.append(logits)
-        if len(self.logits) < len(self.rows):
-            return None
-        return self.model.first_tokens(self.rows, np.stack(self.logits), None, [], 0)
-
-
 @dataclass(eq=False, repr=False)  # one worker's state: compared by identity, its arrays never printed
 class GenerationBatch(SequenceBatch[_Row]):
     model: GenerationModel
@@ -325,7 +276,11 @@ class GenerationBatch(SequenceBatch[_Row]):
         if self.cache is None:
             assert self.model.in_place is not None
             slots = np.asarray([row.hold.slot for row in self.items if row.hold is not None])
-            emits = self.select(self.model.in_place.step(slots, self.next_ids[:, 0]))
+            try:
+                emits = self.select(self.model.in_place.step(slots, self.next_ids[:, 0]))
+            except BaseException:
+                release_slots(self.items)  # the worker drops a failed batch: its slots are free at once
+                raise
             self.drop_finished()
             return emits
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
@@ -409,9 +364,7 @@ class GenerationBatch(SequenceBatch[_Row]):
 
     def _take(self, keep: list[int]) -> GenerationBatch | None:
         kept = set(keep)
-        for i, row in enumerate(self.items):
-            if i not in kept and row.hold is not None:
-                row.hold.release()  # its slot is free for the next prompt
+        release_slots([row for i, row in enumerate(self.items) if i not in kept])  # free for the next prompts
         if not keep:
             return None
         rows = np.asarray(keep, dtype=np.int64)

@@ -22,13 +22,13 @@ from service.engine.generation import (
     TokenEvent,
 )
 from service.engine.handle import Handle
+from service.engine.kv_budget import kv_cache_budget
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduling import Scheduler
-from service.engine.kv_budget import kv_cache_budget
 from service.engine.scoring import PromptScorer, Scorer, TokenScore
-from service.engine.slot_steps import InPlaceDecoder
 from service.engine.sequence import DecodeModel
+from service.engine.slot_steps import InPlaceDecoder
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
@@ -98,6 +98,7 @@ class GenerationService(TaskService[GenerationSequence]):
                 settings.max_batch_size,
                 kv_cache_budget(settings.kv_cache_bytes),
                 settings.prefix_cache_fraction,
+                (metrics.prefix_cache_queries.labels(self.name), metrics.prefix_cache_hits.labels(self.name)),
             )
             if session.spec.writes_cache_in_place
             else None

@@ -107,6 +107,17 @@ class Metrics:
             "Time between consecutive tokens of one sequence.",
             buckets=TOKEN_BUCKETS,
         )
+        self.time_per_output_token = histogram(
+            "serve_time_per_output_token_seconds",
+            "Per finished generation: its decode time over its tokens after the first (vLLM's time_per_output_token).",
+            buckets=TOKEN_BUCKETS,
+        )
+        self.kv_cache_usage = gauge(
+            "serve_kv_cache_usage_perc",
+            "Share of SERVE_KV_CACHE_BYTES holding keys and values: running sequences' and the prefix store's (0-1).",
+        )
+        self.prefix_cache_queries = counter("serve_prefix_cache_queries", "Prompt tokens looked up in the prefix store")
+        self.prefix_cache_hits = counter("serve_prefix_cache_hits", "Prompt tokens found in the prefix store (reused).")
         self.generated_tokens = counter("serve_generated_tokens", "Tokens generated.")
         self.rejected = counter("serve_rejected", "Requests refused before running.", ("model", "reason"))
         self.cancelled = counter("serve_cancelled", "Requests dropped after the client went away.")
@@ -161,6 +172,7 @@ class ModelMetrics:
     decode_batch: Any
     cancelled: Any
     queue_full: Any
+    kv_cache_usage: Any
 
     @classmethod
     def of(cls, metrics: Metrics, model: str) -> ModelMetrics:
@@ -174,4 +186,5 @@ class ModelMetrics:
             decode_batch=metrics.batch_size.labels(model, "decode"),
             cancelled=metrics.cancelled.labels(model),
             queue_full=metrics.rejected.labels(model, "queue_full"),
+            kv_cache_usage=metrics.kv_cache_usage.labels(model),
         )

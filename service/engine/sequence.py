@@ -6,6 +6,7 @@ model whose prompts can join a running batch a chunk per step also has `start_pr
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -21,6 +22,7 @@ class Sequence:
     def __init__(self, rows: int = 1, prefill_tokens: int = 1) -> None:
         self.rows = rows
         self.prefill_tokens = prefill_tokens  # its length in the padded prefill batch
+        self.cache_tokens = 0  # the most key/value cache positions it may fill (0: not counted against a budget)
         self.enqueued = time.perf_counter()
         self.admitted: float | None = None  # when it left the queue for its prefill
         self.cancelled = False  # set on the loop, read by the worker between steps
@@ -66,6 +68,28 @@ class DecodeBatch(Protocol[SeqT]):
 
 class DecodeModel(Protocol[SeqT]):
     def prefill(self, sequences: list[SeqT]) -> tuple[list[Emit], DecodeBatch[SeqT] | None]: ...
+
+
+@runtime_checkable
+class CacheBudgeted(Protocol):
+    """A model whose sequences' key/value caches share a memory budget (service/engine/kv_budget.py)."""
+
+    @property
+    def cache_budget(self) -> int | None:
+        """The budget in bytes, None where there is none."""
+        ...
+
+    def cache_cost(self, seq: Sequence) -> int:
+        """The bytes a sequence may fill at most."""
+        ...
+
+    def cache_room(self, running: Iterable[Sequence], wanted: int) -> int:
+        """The bytes free beside the running sequences, after freeing up to `wanted` bytes of idle cache."""
+        ...
+
+    def cache_usage(self) -> float:
+        """The share of the budget holding keys and values now."""
+        ...
 
 
 class PromptChunks(Protocol[SeqT]):

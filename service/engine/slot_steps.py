@@ -9,6 +9,8 @@ gets a pad token written at its own length, where the next chunk of that prompt 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from contract.names import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
@@ -26,8 +28,17 @@ def _leading_ones(lengths: np.ndarray) -> np.ndarray:
 class InPlaceDecoder:
     """One generator's slots, prefix store and graph calls; used by its worker thread only."""
 
-    def __init__(self, session: GraphSession, artifact: Artifact, slots: int, budget: int, prefix_share: float) -> None:
+    def __init__(
+        self,
+        session: GraphSession,
+        artifact: Artifact,
+        slots: int,
+        budget: int,
+        prefix_share: float,
+        prefix_counters: tuple[Any, Any] | None = None,
+    ) -> None:
         self.session = session
+        self.prefix_counters = prefix_counters  # prompt tokens looked up and found (Prometheus children)
         self.pad = artifact.special_tokens["pad"]
         self._shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
         self._slots, self._capacity = slots, artifact.max_positions
@@ -55,7 +66,11 @@ class InPlaceDecoder:
         """A slot for a new prompt, holding its longest cached prefix."""
         hold = SlotHold.take(owner, self.buffers)
         if self.prefixes is not None:
-            self.prefixes.reuse(prompt, hold.slot, self.buffers)
+            found = self.prefixes.reuse(prompt, hold.slot, self.buffers)
+            if self.prefix_counters is not None:
+                queries, hits = self.prefix_counters
+                queries.inc(len(prompt))
+                hits.inc(found)
         return hold
 
     def feed(self, slot: int, prompt: list[int], width: int) -> np.ndarray:
@@ -69,7 +84,8 @@ class InPlaceDecoder:
         buffers.lengths[slot] = fed + width
         if fed + width == len(prompt) and self.prefixes is not None:
             self.prefixes.remember(prompt, slot, buffers)
-        return logits[0]
+        last: np.ndarray = logits[0]
+        return last
 
     def step(self, slots: np.ndarray, next_ids: np.ndarray) -> np.ndarray:
         """One token per decoding row (`slots[i]` feeds `next_ids[i]`); their logits [B, V]."""
@@ -82,16 +98,22 @@ class InPlaceDecoder:
         positions[slots, 0] = lengths[slots]
         logits = self._run(ids, _leading_ones(lengths + 1), positions, 0, n)
         buffers.lengths[slots] += 1
-        return logits[slots]
+        chosen: np.ndarray = logits[slots]
+        return chosen
 
     def _run(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, first: int, stop: int) -> np.ndarray:
         buffers = self.buffers
         views = buffers.views(first, stop)
         cache = dict(zip(buffers.past_names, zip(buffers.present_names, views, strict=True), strict=True))
         feeds = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions, **self.session.last_logits_only}
-        logits = self.session.run_in_place(feeds, ["logits"], cache)["logits"]
+        logits: np.ndarray = self.session.run_in_place(feeds, ["logits"], cache)["logits"]
         return logits[:, -1]
 
-    def spare(self, nbytes: int) -> int:
-        """Give back up to `nbytes` of the prefix store for running sequences; bytes freed."""
-        return self.prefixes.evict(nbytes) if self.prefixes is not None else 0
+    def room(self, reserved: int, wanted: int) -> int:
+        """Bytes of the budget free beside `reserved` (the running sequences' worst case) and the prefix store,
+        after the store gives back up to `wanted` bytes."""
+        store = self.prefixes.bytes if self.prefixes is not None else 0
+        free = self.budget - reserved - store
+        if free < wanted and self.prefixes is not None:
+            free += self.prefixes.evict(wanted - free)
+        return free

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import mmap
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,7 +107,7 @@ class SlotHold:
     step): the finalizer runs as the row is collected."""
 
     slot: int
-    release: weakref.finalize = field(repr=False)
+    release: Callable[[], object] = field(repr=False)  # a weakref.finalize: it runs once
 
     @classmethod
     def take(cls, owner: object, buffers: SlotBuffers) -> SlotHold:

@@ -181,6 +181,8 @@ class TranslationModel:
 
 
 class TranslationBatch(SequenceBatch[_Request]):
+    cache: KVCache  # the translator's decoder appends to its cache (no in-place slots)
+
     def __init__(
         self,
         model: TranslationModel,
@@ -190,7 +192,7 @@ class TranslationBatch(SequenceBatch[_Request]):
         chooser: ChooserRows,
         stops: StopRows,
         attention: list[RowAttention | None] | None,
-        cache: KVCache,
+        cache: KVCache | None,
         cross: CrossState,
         next_ids: np.ndarray,
     ) -> None:
@@ -200,6 +202,7 @@ class TranslationBatch(SequenceBatch[_Request]):
         self.targets = targets  # [R]
         self.chooser, self.stops = chooser, stops  # one row per num_beams=1 request, in request order
         self.attention = attention  # [R] when some request asked for attention maps
+        assert cache is not None, "a translation batch's rows carry their cache"
         self.cache = cache
         self.cross = cross
         self.next_ids = next_ids  # [R, 1]

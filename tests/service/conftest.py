@@ -91,14 +91,17 @@ def slow_down(monkeypatch: pytest.MonkeyPatch) -> Callable[..., threading.Event]
     def patch(session: Any, seconds: float = 0.0) -> threading.Event:
         gate = threading.Event()
         gate.set()
-        original = session.run
+        def slowed(original: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                gate.wait(30)
+                time.sleep(seconds)
+                return original(*args, **kwargs)
 
-        def run(*args: Any, **kwargs: Any) -> Any:
-            gate.wait(30)
-            time.sleep(seconds)
-            return original(*args, **kwargs)
+            return run
 
-        monkeypatch.setattr(session, "run", run)
+        for method in ("run", "run_in_place"):  # a graph with an in-place cache runs through the second
+            if hasattr(session, method):
+                monkeypatch.setattr(session, method, slowed(getattr(session, method)))
         return gate
 
     return patch

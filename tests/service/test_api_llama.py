@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from model.importing.hf_artifact import import_to_artifact
 from tests.hf_checkpoints import DECODER_CHECKPOINTS
 from tests.service.hf_reference import Serving, generate, generated, reference, serving_artifacts, tokenizer
 from tests.service.sse_events import events
@@ -145,13 +146,20 @@ async def test_generation_config_sampling_defaults_fill_what_a_request_leaves_ou
         assert greedy_text == await generated("/v1/generate", {"temperature": 0, "seed": 8})
 
 
-async def test_attention_maps_match_transformers(serving_decoders: Any, hf_decoder_imports: Path) -> None:
-    """Every query head's map (grouped-query: 4 query heads over 2 key/value heads), as transformers' eager
-    attention computes it over the tokens fed."""
+async def test_attention_maps_match_transformers(serving: Serving, hf_decoder_imports: Path, tmp_path: Path) -> None:
+    """Imported with --kv-cache appended: every query head's map (grouped-query: 4 query heads over 2 key/value
+    heads), as transformers' eager attention computes it over the tokens fed. The default import (the cache
+    written in place) has none: a 422 that names the field."""
     model = reference(hf_decoder_imports, "llama3")
-    async with serving_decoders(models="llama3") as s:
-        r = await s.client.post("/v1/generate", json={"prompt": PROMPTS[2], "max_new_tokens": 4, "temperature": 0,
-                                                      "ignore_eos": True, "return_attention": True, "model": "llama3"})
+    import_to_artifact(hf_decoder_imports / "checkpoints" / "llama3", tmp_path / "llama3", "llama3", int8=False,
+                       kv_cache="appended")
+    body = {"prompt": PROMPTS[2], "max_new_tokens": 4, "temperature": 0, "ignore_eos": True,
+            "return_attention": True, "model": "llama3"}
+    async with serving_artifacts(serving, hf_decoder_imports / "artifacts")(models="llama3") as s:
+        refused = await s.client.post("/v1/generate", json=body)
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "return_attention"
+    async with serving_artifacts(serving, tmp_path)(models="llama3") as s:
+        r = await s.client.post("/v1/generate", json=body)
     assert r.status_code == 200, r.text
     attention = r.json()["attention"]
     layers = np.array(attention["layers"])  # [L, H, n, n] over the tokens fed
@@ -189,10 +197,10 @@ async def test_bad_words_are_never_generated(serving_decoders: Any, hf_decoder_i
 
 
 async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
-    serving_decoders: Any, hf_decoder_imports: Path, slow_down: Any
+    serving_decoders: Any, hf_decoder_imports: Path, slow_down: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a 2-token chunk budget, prompts that join a decoding batch are prefilled a column or two per
-    step against the grouped-query cache: still transformers' greedy tokens."""
+    """With a 2-token chunk budget, prompts that join a decoding batch are prefilled two tokens at most per
+    step into the grouped-query cache: still transformers' greedy tokens."""
     from service.engine.generation import GenerationParams
     from service.engine.sampling import SamplingParams
 
@@ -200,13 +208,16 @@ async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
     model, tok = reference(hf_decoder_imports, "qwen2"), tokenizer(hf_decoder_imports, "qwen2")
     async with serving_decoders(models="qwen2", max_batch_size=8, prefill_chunk_tokens=2) as s:
         gen = s.engine.generator
-        calls: list[tuple[int, ...]] = []
-        original = gen.model.run
-        def counted(ids: Any, *a: Any, **k: Any) -> Any:
-            calls.append(ids.shape)
-            return original(ids, *a, **k)
+        calls: list[int] = []  # prompt tokens per graph call (an import writes its cache in place)
+        decoder = gen.model.in_place
+        assert decoder is not None
+        original = decoder.feed
 
-        gen.model.run = counted
+        def counted(slot: int, prompt: list[int], width: int) -> Any:
+            calls.append(width)
+            return original(slot, prompt, width)
+
+        monkeypatch.setattr(decoder, "feed", counted)
         slow_down(gen.model.session, 0.01)
         # Decodes for longer than the joining prompts take to go in, a column per row per step.
         long = GenerationParams(max_new_tokens=55, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
@@ -218,7 +229,7 @@ async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
             "prompt": prompt, "temperature": 0, "max_new_tokens": MAX_NEW, "logprobs": True, "model": "qwen2"})
             for prompt in (PROMPTS[0], PROMPTS[2])))
         assert [e async for e in events][-1].finish_reason == "length"
-    assert max(columns for _, columns in calls) <= 2, str(calls)  # no call fed a whole prompt
+    assert calls and max(calls) <= 2, str(calls)  # no call fed a whole prompt
     for prompt, r in zip((PROMPTS[0], PROMPTS[2]), joined, strict=True):
         assert r.status_code == 200, r.text
         expected, _ = greedy(model, tok.encode(prompt).ids, end_tokens(artifact))

@@ -1,12 +1,19 @@
 """Continuous batching and KV-cache decoding on the tiny generator: outputs never depend on the batch."""
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from service.engine.generation import GenerationParams, GenerationResult
 from service.engine.generation_service import GenerationService
 from service.engine.sampling import SamplingParams
+from service.settings import Settings
+from tests.service.conftest import Served, serve
 
 PROMPTS = ["Hello", "The movie was wonderful, a delight from start", "Au commencement", "x", "Café 東京 🙂"]
 PARAMS = [
@@ -14,6 +21,21 @@ PARAMS = [
     GenerationParams(max_new_tokens=12, sampling=SamplingParams(temperature=0.9, top_k=20, top_p=0.95, seed=5)),
     GenerationParams(max_new_tokens=12, sampling=SamplingParams(temperature=1.0, repetition_penalty=1.3, seed=11)),
 ]
+
+
+@pytest.fixture(params=["appended", "in-place"])
+def serving(
+    request: pytest.FixtureRequest, make_settings: Callable[..., Settings], tiny_in_place_artifacts: Path
+) -> Callable[..., AbstractAsyncContextManager[Served]]:
+    """Every test here on both caches: the graph's present = past + new, and slots the graph writes in place."""
+    folder = tiny_in_place_artifacts if request.param == "in-place" else None
+
+    def start(wait_ready: bool = True, **overrides: Any) -> AbstractAsyncContextManager[Served]:
+        if folder is not None:
+            overrides.setdefault("artifacts_dir", folder)
+        return serve(make_settings(**overrides), wait_ready)
+
+    return start
 
 
 async def run(gen: GenerationService, prompt: str, params: GenerationParams) -> GenerationResult:
@@ -65,23 +87,34 @@ async def test_a_request_joining_a_running_batch_gets_its_own_result(serving, sl
 
 
 async def test_a_prompt_fed_in_chunks_beside_a_running_batch_gets_the_tokens_of_a_whole_prefill(
-    serving, slow_down
+    serving, slow_down, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a 2-token chunk budget a joining prompt goes in one or two columns per step, each chunk
-    attending to the cache of the ones before: the same tokens as its prefill in one call."""
+    """With a 2-token chunk budget a joining prompt goes in at most two tokens per step, each chunk attending
+    to the cache of the ones before: the same tokens as its prefill in one call."""
     long = GenerationParams(max_new_tokens=30, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
     joining = [PARAMS[0], PARAMS[1]]
     async with serving(max_batch_size=1) as s:
         expected = [ids(await run(s.engine.generator, PROMPTS[2], p)) for p in joining]
     async with serving(max_batch_size=8, prefill_chunk_tokens=2) as s:
         gen = s.engine.generator
-        calls = []
-        original = gen.model.run
-        def recording(ids_, *a, **k):
-            calls.append(ids_.shape)
-            return original(ids_, *a, **k)
+        calls: list[int] = []  # prompt columns (appended cache) or tokens (in place) per graph call
+        decoder = gen.model.in_place
+        if decoder is None:
+            original_run = gen.model.run
 
-        gen.model.run = recording
+            def recording_run(ids_, *a, **k):
+                calls.append(ids_.shape[1])
+                return original_run(ids_, *a, **k)
+
+            monkeypatch.setattr(gen.model, "run", recording_run)
+        else:
+            original_feed = decoder.feed
+
+            def recording_feed(slot, prompt, width):
+                calls.append(width)
+                return original_feed(slot, prompt, width)
+
+            monkeypatch.setattr(decoder, "feed", recording_feed)
         slow_down(gen.model.session, 0.01)
         events = gen.scheduler.submit([gen.sequence(gen.tokenize(PROMPTS[0], "prompt"), long)], None, "prompt").events()
         await anext(events)  # decoding
@@ -90,7 +123,7 @@ async def test_a_prompt_fed_in_chunks_beside_a_running_batch_gets_the_tokens_of_
         assert [e async for e in events][-1].finish_reason == "length"
     assert [ids(r) for r in joined] == expected
     assert len(gen.tokenize(PROMPTS[2], "prompt")) > 2
-    assert max(columns for _, columns in calls) <= 2  # no call fed a whole prompt
+    assert calls and max(calls) <= 2  # no call fed a whole prompt
 
 
 async def test_kv_cache_decoding_matches_recomputing_the_prefix(served) -> None:

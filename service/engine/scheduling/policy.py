@@ -35,8 +35,12 @@ class SchedulingPolicy(Generic[SeqT]):
         max_queue_size: int,
         max_wait_s: float,
         clock: Callable[[], float] = time.perf_counter,
+        cache_budget: int | None = None,
+        cache_cost: Callable[[Sequence], int] = lambda seq: 0,
     ) -> None:
         self.name = name
+        self.cache_budget = cache_budget  # bytes of key/value cache the running sequences may reserve
+        self.cache_cost = cache_cost  # what one reserves (its worst case)
         self.max_rows = max_rows
         self.max_queue_size = max_queue_size
         self.max_wait_s = max_wait_s
@@ -51,6 +55,13 @@ class SchedulingPolicy(Generic[SeqT]):
         for seq in sequences:
             if seq.rows > self.max_rows:
                 raise InvalidInput(f"needs {seq.rows} batch rows but SERVE_MAX_BATCH_SIZE is {self.max_rows}")
+            cost = self.cache_cost(seq)
+            if self.cache_budget is not None and cost > self.cache_budget:
+                raise InvalidInput(
+                    f"its prompt and max_new_tokens need {cost} bytes of key/value cache, more than "
+                    f"SERVE_KV_CACHE_BYTES ({self.cache_budget})",
+                    "max_new_tokens",
+                )
 
     def enqueue(self, sequences: list[SeqT]) -> None:
         """Queue all of them or none: a 429 the same way for one sequence and for many."""
@@ -80,10 +91,12 @@ class SchedulingPolicy(Generic[SeqT]):
             return 0.0
         return self.waiting[0].enqueued + self.max_wait_s - self.clock()
 
-    def admit(self, batch_rows: int | None) -> list[SeqT]:
+    def admit(self, batch_rows: int | None, cache_room: int | None = None) -> list[SeqT]:
         """Move waiting sequences into the batch (``batch_rows``: the running batch's rows, None when
-        nothing decodes) while their rows fit, first come first served, and while the padded prefill stays
-        within the step's token budget (a first one always fits)."""
+        nothing decodes) while their rows fit, first come first served, while the padded prefill stays
+        within the step's token budget (a first one always fits), and while their caches' worst case fits in
+        ``cache_room`` bytes (None: no cache budget). A sequence that does not fit waits, and so do those
+        behind it: first come, first served."""
         free = self.max_rows - (batch_rows or 0)
         budget = MAX_PREFILL_TOKENS if batch_rows is None else STEP_PREFILL_TOKENS
         admitted: list[SeqT] = []
@@ -93,6 +106,10 @@ class SchedulingPolicy(Generic[SeqT]):
             seq = self.waiting[0]
             if admitted and max(longest, seq.prefill_tokens) * (len(admitted) + 1) > budget:
                 break
+            if cache_room is not None:
+                if self.cache_cost(seq) > cache_room:
+                    break
+                cache_room -= self.cache_cost(seq)
             self.waiting.popleft()
             longest = max(longest, seq.prefill_tokens)
             free -= seq.rows

@@ -28,7 +28,16 @@ from service.engine.handle import Handle
 from service.engine.heap_trim import IdleTrim
 from service.engine.metrics import Metrics, ModelMetrics
 from service.engine.scheduling.policy import SchedulingPolicy
-from service.engine.sequence import ChunkedPrefillModel, DecodeBatch, DecodeModel, Emit, PromptChunks, SeqT, Sequence
+from service.engine.sequence import (
+    CacheBudgeted,
+    ChunkedPrefillModel,
+    DecodeBatch,
+    DecodeModel,
+    Emit,
+    PromptChunks,
+    SeqT,
+    Sequence,
+)
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -65,8 +74,16 @@ class Scheduler(Generic[SeqT]):
         self.name = name
         self.model = model
         self.max_rows = max_rows
+        # A model whose caches share a memory budget (the in-place generator): admission keeps within it.
+        budgeted = model if isinstance(model, CacheBudgeted) and model.cache_budget is not None else None
+        self._budgeted = budgeted
         self.policy: SchedulingPolicy[SeqT] = SchedulingPolicy(
-            name, max_rows=max_rows, max_queue_size=max_queue_size, max_wait_s=max_wait_s
+            name,
+            max_rows=max_rows,
+            max_queue_size=max_queue_size,
+            max_wait_s=max_wait_s,
+            cache_budget=budgeted.cache_budget if budgeted is not None else None,
+            cache_cost=budgeted.cache_cost if budgeted is not None else lambda seq: 0,
         )
         self.metrics = metrics
         self.model_metrics = ModelMetrics.of(metrics, name)
@@ -261,7 +278,11 @@ class Scheduler(Generic[SeqT]):
             self._cond.wait(remaining)
 
     def _admit(self) -> list[SeqT]:
-        admitted = self.policy.admit(self._batch.rows if self._batch is not None else None)
+        room = None
+        if self._budgeted is not None and self.policy.waiting:
+            wanted = self.policy.cache_cost(self.policy.waiting[0])
+            room = self._budgeted.cache_room(self._running(), wanted)
+        admitted = self.policy.admit(self._batch.rows if self._batch is not None else None, room)
         for seq in admitted:
             self.model_metrics.queue_time.observe((seq.admitted or seq.enqueued) - seq.enqueued)
         return admitted
@@ -341,3 +362,5 @@ class Scheduler(Generic[SeqT]):
         inflight = list(self._inflight)
         self.model_metrics.running.set(len(inflight))
         self.model_metrics.running_rows.set(sum(s.rows for s in inflight))
+        if self._budgeted is not None:
+            self.model_metrics.kv_cache_usage.set(self._budgeted.cache_usage())
