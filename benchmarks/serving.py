@@ -353,6 +353,13 @@ class Server:
         self.wait_ready()
         return self
 
+    def rss_mb(self) -> float:
+        """The server's resident memory now (VmRSS, Linux)."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        assert match is not None, status
+        return round(int(match.group(1)) / 1024, 1)
+
     def peak_rss_mb(self) -> float:
         """The server's peak resident memory so far (VmHWM, Linux): what a container's memory limit must hold."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()

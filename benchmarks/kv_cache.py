@@ -1,0 +1,154 @@
+"""Our key/value cache at real size: the appended cache (the graph returns past + new) against the one the graph
+writes in place (service/engine/slots.py), one server at a time on the same cores, through /v1/completions.
+
+    python -m benchmarks.kv_cache [--model smollm2-135m] [--contexts 64,1000,2000] [--streams 4,16] [--rounds 2]
+                                  [--caches appended,in-place] [--work .peers-cache] [--out bench_results/kv_cache.json]
+
+The model is a transformers checkpoint with random weights in the real model's shape (benchmarks/peers_models.py,
+built once into --work), imported twice: ``--kv-cache appended`` and ``--kv-cache in-place``. Rows:
+  - decode tok/s per stream (after its first token) with N streams of 96 new tokens at each prompt length;
+  - time to first token of a 1,000-token prompt whose first 1,000 tokens another request just sent (the prefix
+    store: SERVE_PREFIX_CACHE_FRACTION), and of a fresh one;
+  - resident memory per 1,000 cached tokens while 16 streams of 2,000-token prompts decode, beside the bytes the
+    cache needs (config.json's layers x key/value heads x head size x 2 x 4 bytes).
+Prompts are random token ids; greedy with ignore_eos. Prints a Markdown table and writes the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.peers_engines import FIRST_ID, Row
+from benchmarks.peers_http import complete, http_row
+from benchmarks.peers_models import SHAPES, build, folder
+from benchmarks.serving import Server, write_record
+
+REPO = Path(__file__).resolve().parent.parent
+NEW_TOKENS = 96
+PREFIX = 1000
+
+
+def imported(work: Path, model: str, cache: str) -> Path:
+    """The folder that serves `model` imported with `--kv-cache cache` (imported on first use)."""
+    shape = SHAPES[model]
+    build(work, shape, threads=2, genai=False, ct2=False)
+    served = folder(work, shape) / f"ours-{cache}"
+    if not (served / model / "config.json").is_file():
+        checkpoint = folder(work, shape) / "hf"
+        subprocess.run([sys.executable, "-m", "scripts.import_checkpoint", str(checkpoint), "--out",
+                        str(served / model), "--no-int8", "--kv-cache", cache], check=True, cwd=REPO)
+    return served
+
+
+def ids(count: int, vocab: int, rng: np.random.Generator) -> list[int]:
+    return [int(i) for i in rng.integers(FIRST_ID, vocab, count)]
+
+
+async def prefix_ttft(url: str, model: str, vocab: int, rounds: int) -> dict[str, float]:
+    """Time to first token of a 1,000-token prefix + 16 new tokens: once the prefix was sent before, and fresh."""
+    rng = np.random.default_rng(7)
+    cached, fresh = [], []
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        for _ in range(rounds + 1):  # the first round warms up
+            prefix = ids(PREFIX, vocab, rng)
+            _, first_fresh, _, _ = await complete(client, model, prefix + ids(16, vocab, rng), 2, True)
+            _, first_cached, _, _ = await complete(client, model, prefix + ids(16, vocab, rng), 2, True)
+            fresh.append(first_fresh)
+            cached.append(first_cached)
+    fresh_s, cached_s = statistics.median(fresh[1:]), statistics.median(cached[1:])
+    return {"ttft_fresh_s": round(fresh_s, 3), "ttft_prefix_cached_s": round(cached_s, 3),
+            "cached_over_fresh": round(cached_s / fresh_s, 3)}
+
+
+async def memory_row(server: Server, model: str, vocab: int, bytes_per_token: int) -> dict[str, float]:
+    """RSS growth per 1,000 cached tokens while 16 streams of 2,000-token prompts decode 96 tokens."""
+    idle = server.rss_mb()
+    peak = idle
+    row = Row("memory", "", 2000, NEW_TOKENS, 16, 16, "streams")
+    task = asyncio.ensure_future(http_row(server.url, model, row, vocab, seed=11))
+    while not task.done():
+        peak = max(peak, server.rss_mb())
+        await asyncio.sleep(0.2)
+    await task
+    cached_tokens = 16 * (2000 + NEW_TOKENS)  # at the end of every stream, at most
+    return {"rss_growth_mb": round(peak - idle, 1),
+            "rss_mb_per_1000_tokens": round((peak - idle) * 1000 / cached_tokens, 2),
+            "cache_mb_per_1000_tokens": round(bytes_per_token * 1000 / 2**20, 2)}
+
+
+def bytes_per_token(served: Path, model: str) -> int:
+    dims = json.loads((served / model / "config.json").read_text())["dims"]
+    return int(2 * 4 * dims["n_layers"] * dims.get("n_kv_heads", dims["n_heads"]) * dims["d_head"])
+
+
+async def measure(served: Path, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with Server(served, args.threads, models=args.model, max_input_tokens=4096, max_new_tokens=1024,
+                max_queue_size=1024) as server:
+        for context in args.contexts:
+            for streams in args.streams:
+                row = Row(f"c{context}x{streams}", "", context, NEW_TOKENS, streams, streams, "streams")
+                rounds = [await http_row(server.url, args.model, row, vocab, seed) for seed in range(args.rounds)]
+                results[row.name] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+                print(f"  {row.name}: {results[row.name]}", flush=True)
+        results["prefix"] = await prefix_ttft(server.url, args.model, vocab, args.rounds)
+        print(f"  prefix: {results['prefix']}", flush=True)
+        results["memory"] = await memory_row(server, args.model, vocab, bytes_per_token(served, args.model))
+        print(f"  memory: {results['memory']}", flush=True)
+    return results
+
+
+def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    caches = list(results)
+    lines = [f"| row | {' | '.join(caches)} |", f"|---|{'---|' * len(caches)}"]
+    for context in args.contexts:
+        for streams in args.streams:
+            name = f"c{context}x{streams}"
+            cells = [f"{results[c][name]['decode_tokens_per_s_per_stream']} tok/s, TTFT {results[c][name]['ttft_s']} s"
+                     for c in caches]  # decode rate per stream, and time to first token
+            lines.append(f"| {streams} streams at {context} prompt tokens | {' | '.join(cells)} |")
+    for key in ("ttft_fresh_s", "ttft_prefix_cached_s", "cached_over_fresh"):
+        lines.append(f"| {key} | {' | '.join(str(results[c]['prefix'][key]) for c in caches)} |")
+    for key in ("rss_mb_per_1000_tokens", "cache_mb_per_1000_tokens"):
+        lines.append(f"| {key} | {' | '.join(str(results[c]['memory'][key]) for c in caches)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", choices=sorted(SHAPES))
+    parser.add_argument("--contexts", default="64,1000,2000")
+    parser.add_argument("--streams", default="4,16")
+    parser.add_argument("--caches", default="appended,in-place")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--work", type=Path, default=REPO / ".peers-cache")
+    parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "kv_cache.json")
+    args = parser.parse_args()
+    args.contexts = [int(c) for c in args.contexts.split(",")]
+    args.streams = [int(s) for s in args.streams.split(",")]
+    vocab = SHAPES[args.model].vocab_size
+    results: dict[str, dict[str, Any]] = {}
+    for cache in args.caches.split(","):
+        print(f"{args.model}, {cache} cache:", flush=True)
+        results[cache] = asyncio.run(measure(imported(args.work, args.model, cache), args, vocab))
+    print(table(results, args))
+    options = (("model", args.model), ("contexts", ",".join(map(str, args.contexts))),
+               ("streams", ",".join(map(str, args.streams))), ("caches", args.caches), ("rounds", args.rounds))
+    write_record("kv_cache", options, args.out, threads=args.threads, results=results,
+                 measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+
+
+if __name__ == "__main__":
+    main()
