@@ -35,8 +35,8 @@ from harness.reliability.suite_models import link_models, suite_models
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
 ON_SERVER = ("schemathesis", "bad_input", "load", "attention", "tokenize", "list_bombs", "disconnects", "soak")
-ALL = (*ON_SERVER, "memory", "chat_templates", "overload", "sigterm", "artifacts", "faults", "slow_clients",
-       "stuck_drain", "stuck_readers")  # fmt: skip
+ALL = (*ON_SERVER, "memory", "kv_budget", "chat_templates", "overload", "sigterm", "artifacts", "faults",
+       "slow_clients", "stuck_drain", "stuck_readers")  # fmt: skip
 # These end the server they run against: they run last.
 CONSUMING = ("sigterm", "stuck_drain")
 
@@ -45,7 +45,7 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
     outcomes = []
     shared = [n for n in ON_SERVER if n in names]
     with tempfile.TemporaryDirectory() as folder:
-        needs_models = shared or "memory" in names
+        needs_models = shared or "memory" in names or "kv_budget" in names
         served = link_models(Path(folder) / "served", suite_models()) if needs_models else ARTIFACTS
         if shared:
             with LocalServer(served) as server:
@@ -55,6 +55,8 @@ async def run_local(names: list[str], soak_s: float, examples: int) -> list[sect
         if "memory" in names:
             with LocalServer(served, base=SUITE_SETTINGS | MEMORY_SETTINGS) as server:
                 outcomes.append(await sections.memory(server.wait_ready()))
+        if "kv_budget" in names:
+            outcomes.append(await sections.kv_budget(served))
     if "chat_templates" in names:
         outcomes.append(await sections.chat_templates(suite_models()))
     outcomes += await _own_servers(names)

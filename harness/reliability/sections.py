@@ -13,6 +13,7 @@ from harness.reliability.bursts import attention, tokenize
 from harness.reliability.contract import schemathesis
 from harness.reliability.faults import artifacts, faults, sigterm
 from harness.reliability.harness import Outcome
+from harness.reliability.kv_budget import kv_budget
 from harness.reliability.memory import memory
 from harness.reliability.templates import chat_templates
 from harness.reliability.traffic import disconnects, load, overload, soak
@@ -26,6 +27,7 @@ __all__ = [
     "chat_templates",
     "disconnects",
     "faults",
+    "kv_budget",
     "list_bombs",
     "load",
     "memory",

@@ -70,6 +70,11 @@ async def test_memory_after_bursts(served_artifacts: Path, record: list[Outcome]
     assert passed(outcome, record), outcome.failures
 
 
+async def test_kv_cache_budget(served_artifacts: Path, record: list[Outcome]) -> None:
+    outcome = await sections.kv_budget(served_artifacts)
+    assert passed(outcome, record), outcome.failures
+
+
 async def test_malicious_chat_templates(suite_models_dir: Path, record: list[Outcome]) -> None:
     outcome = await sections.chat_templates(suite_models_dir)
     assert passed(outcome, record), outcome.failures
