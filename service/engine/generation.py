@@ -273,16 +273,21 @@ class GenerationBatch(SequenceBatch[_Row]):
         return self.items
 
     def step(self) -> list[Emit]:
-        if self.cache is None:
-            assert self.model.in_place is not None
-            slots = np.asarray([row.hold.slot for row in self.items if row.hold is not None])
-            try:
-                emits = self.select(self.model.in_place.step(slots, self.next_ids[:, 0]))
-            except BaseException:
-                release_slots(self.items)  # the worker drops a failed batch: its slots are free at once
-                raise
-            self.drop_finished()
-            return emits
+        try:
+            emits = self.select(self._logits_in_place() if self.cache is None else self._logits_appended())
+        except BaseException:
+            release_slots(self.items)  # the worker drops a failed batch: its slots are free at once
+            raise
+        self.drop_finished()
+        return emits
+
+    def _logits_in_place(self) -> np.ndarray:
+        assert self.model.in_place is not None
+        slots = np.asarray([row.hold.slot for row in self.items if row.hold is not None])
+        return self.model.in_place.step(slots, self.next_ids[:, 0])
+
+    def _logits_appended(self) -> np.ndarray:
+        assert self.cache is not None
         new_mask = np.ones((self.rows, 1), dtype=np.int64)
         want = any(r.params.return_attention for r in self.items)
         logits, self.cache, attn = self.model.run(self.next_ids, self.cache, new_mask, want)
@@ -291,9 +296,7 @@ class GenerationBatch(SequenceBatch[_Row]):
                 keys = self.cache.mask[b].astype(bool)  # drop left padding
                 for layer, a in enumerate(attn):
                     row.attention[layer].append(a[b][:, :, keys])  # [H, 1, k]
-        emits = self.select(logits)
-        self.drop_finished()
-        return emits
+        return logits
 
     def select(self, logits: np.ndarray) -> list[Emit]:
         """Choose every row's next token from [B, V] logits; emit it, and the result if the row is done."""
