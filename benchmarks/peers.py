@@ -9,7 +9,8 @@ The models (benchmarks/peers_models.py) are built once into --work: a transforme
 in the real model's shape, our import of it, CTranslate2's conversion and onnxruntime-genai's fp32 and int4 graphs.
 Then one engine at a time on the same cores:
   - decoders (rows of benchmarks/peers_engines.py: 16 concurrent, one at a time, prompt processing at 256 / 1,000 /
-    2,000 tokens, 4 streams at 64 and 1,500 prompt tokens): ours and vLLM (fp32, bf16) through /v1/completions,
+    2,000 tokens, 4 streams at 64 and 1,500 prompt tokens): ours (fp32, and ours-int8 / ours-int4: the import
+    quantized as --quantize does) and vLLM (fp32, bf16) through /v1/completions,
     greedy with ignore_eos, prompts of random token ids, a fresh one per request; CTranslate2 (float32, int8) and
     onnxruntime-genai (fp32, int4) in process, concurrent requests as one batch;
   - encoders: embeddings/s at batch 1 and 32, ours and sentence-transformers (behind FastAPI:
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,9 +41,11 @@ from benchmarks import peers_http as http
 from benchmarks.peers_engines import ENCODER_ROWS, ROWS
 from benchmarks.peers_models import PEERS_PYTHON, SHAPES, Shape, build, folder, peers_has, served
 from benchmarks.serving import machine_cpu_seconds, write_record
+from model.export.quantize import quantized_copy
 
 REPO = Path(__file__).resolve().parent.parent
-DECODER_PEERS = ("ours", "vllm-fp32", "vllm-bf16", "ct2", "ct2-int8", "genai-fp32", "genai-int4")
+DECODER_PEERS = ("ours", "ours-int8", "ours-int4", "vllm-fp32", "vllm-bf16", "ct2", "ct2-int8", "genai-fp32",
+                 "genai-int4")
 ENCODER_PEERS = ("ours", "sentence-transformers", "ct2")
 NEEDS = {"vllm-fp32": "vllm", "vllm-bf16": "vllm", "genai-fp32": "onnxruntime_genai",
          "genai-int4": "onnxruntime_genai",
@@ -87,10 +91,22 @@ def over_http(url: str, shape: Shape, rows: list[str], args: argparse.Namespace,
     return out
 
 
+def ours_served(work: Path, shape: Shape, peer: str) -> Path:
+    """The folder our server serves as `peer`: our import, or (ours-int8, ours-int4) its copy quantized as
+    `--quantize` does (model/export/quantize.py; the checkpoint's weights are fp16 values, as the import stores)."""
+    if peer == "ours":
+        return served(work, shape)
+    root = folder(work, shape) / peer
+    if not (root / shape.name / "golden.json").is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        quantized_copy(served(work, shape) / shape.name, root / shape.name, peer.removeprefix("ours-"))
+    return root
+
+
 def run_decoder(peer: str, shape: Shape, rows: list[str], args: argparse.Namespace) -> Rounds:
     root, logs = folder(args.work, shape), args.work / "logs"
-    if peer == "ours":
-        with http.ours(served(args.work, shape), shape.name, args.threads) as url:
+    if peer.startswith("ours"):
+        with http.ours(ours_served(args.work, shape, peer), shape.name, args.threads) as url:
             return over_http(url, shape, rows, args, peer)
     if peer.startswith("vllm"):
         dtype = "float32" if peer == "vllm-fp32" else "bfloat16"
@@ -179,7 +195,7 @@ def lines_of(rows: list[str], role: str) -> list[tuple[str, str, str]]:
 
 def table(name: str, result: dict[str, Any], rows: list[str], role: str) -> str:
     engines = result["engines"]
-    others = [e for e in engines if e != "ours"]
+    others = [e for e in engines if not e.startswith("ours")]
     ratios = others if "ours" in engines else []
     head = ["row", *engines, *(f"ours / {e}" for e in ratios)]
     text = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
