@@ -96,10 +96,11 @@ def ours_served(work: Path, shape: Shape, peer: str) -> Path:
     `--quantize` does (model/export/quantize.py; the checkpoint's weights are fp16 values, as the import stores)."""
     if peer == "ours":
         return served(work, shape)
-    root = folder(work, shape) / peer
-    if not (root / shape.name / "golden.json").is_file():
+    root, source = folder(work, shape) / peer, served(work, shape) / shape.name
+    made = root / shape.name / "golden.json"
+    if not made.is_file() or made.stat().st_mtime < (source / "golden.json").stat().st_mtime:  # a newer import
         shutil.rmtree(root, ignore_errors=True)
-        quantized_copy(served(work, shape) / shape.name, root / shape.name, peer.removeprefix("ours-"))
+        quantized_copy(source, root / shape.name, peer.removeprefix("ours-"))
     return root
 
 
