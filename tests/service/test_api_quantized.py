@@ -5,6 +5,7 @@ import of the same checkpoint, scoring a prompt close to it."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from model.export.int8 import add_int8_variants
 from scripts import import_checkpoint as cli
 from tests.service.hf_reference import Serving, serving_artifacts
 
@@ -65,6 +67,13 @@ def test_every_weight_matmul_is_quantized_and_the_card_says_so(quantized: Path, 
     card_md = (folder / "card.md").read_text()
     assert f"| precision | {precision} weights (ONNX Runtime MatMulNBits" in card_md
     assert "| quantization cost: perplexity |" in card_md and "held-out passage" in card_md
+
+
+def test_the_dynamic_int8_pass_leaves_a_quantized_artifact_alone(quantized: Path, tmp_path: Path) -> None:
+    """The Dockerfile's int8 stage (model/export/int8.py) adds variants where int8_file is null: not to these."""
+    shutil.copytree(quantized / "llama-int4", tmp_path / "llama-int4")
+    assert add_int8_variants(tmp_path) == []
+    assert sorted(p.name for p in (tmp_path / "llama-int4").glob("*.onnx")) == ["decoder.onnx"]
 
 
 async def scores(client: Any, model: str) -> dict[str, Any]:
