@@ -37,6 +37,7 @@ from benchmarks.serving import Server, write_record
 REPO = Path(__file__).resolve().parent.parent
 NEW_TOKENS = 96
 PREFIX = 1000
+BUDGET = 8 << 30  # SERVE_KV_CACHE_BYTES: room for every row here, and a known figure for the memory row
 
 
 def imported(work: Path, model: str, cache: str) -> Path:
@@ -71,20 +72,32 @@ async def prefix_ttft(url: str, model: str, vocab: int, rounds: int) -> dict[str
             "cached_over_fresh": round(cached_s / fresh_s, 3)}
 
 
-async def memory_row(server: Server, model: str, vocab: int, bytes_per_token: int) -> dict[str, float]:
-    """RSS growth per 1,000 cached tokens while 16 streams of 2,000-token prompts decode 96 tokens."""
+async def memory_row(server: Server, model: str, vocab: int, bytes_per_token: int, budget: int) -> dict[str, float]:
+    """Resident memory against the keys and values the engine holds, while 16 streams of 2,000-token prompts
+    decode 96 tokens: at the moment the cache held the most (serve_kv_cache_usage_perc x the budget; an appended
+    cache reports none, so only its RSS growth is recorded)."""
     idle = server.rss_mb()
-    peak = idle
+    peak_rss, peak_held, rss_at_peak = idle, 0.0, idle
     row = Row("memory", "", 2000, NEW_TOKENS, 16, 16, "streams")
     task = asyncio.ensure_future(http_row(server.url, model, row, vocab, seed=11))
-    while not task.done():
-        peak = max(peak, server.rss_mb())
-        await asyncio.sleep(0.2)
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        while not task.done():
+            rss = server.rss_mb()
+            text = (await client.get("/metrics")).text
+            usage = max([float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("serve_kv_cache_usage_perc{")] or [0.0])
+            peak_rss = max(peak_rss, rss)
+            if usage * budget > peak_held:
+                peak_held, rss_at_peak = usage * budget, rss
+            await asyncio.sleep(0.2)
     await task
-    cached_tokens = 16 * (2000 + NEW_TOKENS)  # at the end of every stream, at most
-    return {"rss_growth_mb": round(peak - idle, 1),
-            "rss_mb_per_1000_tokens": round((peak - idle) * 1000 / cached_tokens, 2),
-            "cache_mb_per_1000_tokens": round(bytes_per_token * 1000 / 2**20, 2)}
+    record = {"rss_growth_mb": round(peak_rss - idle, 1),
+              "cache_mb_per_1000_tokens": round(bytes_per_token * 1000 / 2**20, 2)}
+    if peak_held:
+        tokens = peak_held / bytes_per_token
+        record |= {"peak_cached_tokens": round(tokens),
+                   "rss_mb_per_1000_cached_tokens": round((rss_at_peak - idle) * 1000 / tokens, 2)}
+    return record
 
 
 def bytes_per_token(served: Path, model: str) -> int:
@@ -95,33 +108,35 @@ def bytes_per_token(served: Path, model: str) -> int:
 async def measure(served: Path, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with Server(served, args.threads, models=args.model, max_input_tokens=4096, max_new_tokens=1024,
-                max_queue_size=1024) as server:
-        for context in args.contexts:
+                max_queue_size=1024, request_timeout_s=3600, kv_cache_bytes=BUDGET) as server:
+        for context in args.contexts if "streams" in args.parts else ():
             for streams in args.streams:
                 row = Row(f"c{context}x{streams}", "", context, NEW_TOKENS, streams, streams, "streams")
                 rounds = [await http_row(server.url, args.model, row, vocab, seed) for seed in range(args.rounds)]
                 results[row.name] = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
                 print(f"  {row.name}: {results[row.name]}", flush=True)
-        results["prefix"] = await prefix_ttft(server.url, args.model, vocab, args.rounds)
-        print(f"  prefix: {results['prefix']}", flush=True)
-        results["memory"] = await memory_row(server, args.model, vocab, bytes_per_token(served, args.model))
-        print(f"  memory: {results['memory']}", flush=True)
+        if "prefix" in args.parts:
+            results["prefix"] = await prefix_ttft(server.url, args.model, vocab, args.rounds)
+            print(f"  prefix: {results['prefix']}", flush=True)
+        if "memory" in args.parts:
+            results["memory"] = await memory_row(server, args.model, vocab, bytes_per_token(served, args.model), BUDGET)
+            print(f"  memory: {results['memory']}", flush=True)
     return results
 
 
 def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     caches = list(results)
     lines = [f"| row | {' | '.join(caches)} |", f"|---|{'---|' * len(caches)}"]
-    for context in args.contexts:
+    for context in args.contexts if "streams" in args.parts else ():
         for streams in args.streams:
             name = f"c{context}x{streams}"
             cells = [f"{results[c][name]['decode_tokens_per_s_per_stream']} tok/s, TTFT {results[c][name]['ttft_s']} s"
                      for c in caches]  # decode rate per stream, and time to first token
             lines.append(f"| {streams} streams at {context} prompt tokens | {' | '.join(cells)} |")
-    for key in ("ttft_fresh_s", "ttft_prefix_cached_s", "cached_over_fresh"):
-        lines.append(f"| {key} | {' | '.join(str(results[c]['prefix'][key]) for c in caches)} |")
-    for key in ("rss_mb_per_1000_tokens", "cache_mb_per_1000_tokens"):
-        lines.append(f"| {key} | {' | '.join(str(results[c]['memory'][key]) for c in caches)} |")
+    for part in ("prefix", "memory"):
+        keys = dict.fromkeys(k for c in caches for k in results[c].get(part, {}))
+        for key in keys:
+            lines.append(f"| {key} | {' | '.join(str(results[c].get(part, {}).get(key, '')) for c in caches)} |")
     return "\n".join(lines)
 
 
@@ -131,6 +146,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="64,1000,2000")
     parser.add_argument("--streams", default="4,16")
     parser.add_argument("--caches", default="appended,in-place")
+    parser.add_argument("--parts", default="streams,prefix,memory", help="which rows: streams, prefix, memory")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, default=REPO / ".peers-cache")
@@ -138,6 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     args.contexts = [int(c) for c in args.contexts.split(",")]
     args.streams = [int(s) for s in args.streams.split(",")]
+    args.parts = args.parts.split(",")
     vocab = SHAPES[args.model].vocab_size
     results: dict[str, dict[str, Any]] = {}
     for cache in args.caches.split(","):
