@@ -99,6 +99,7 @@ class GenerationService(TaskService[GenerationSequence]):
                 kv_cache_budget(settings.kv_cache_bytes),
                 settings.prefix_cache_fraction,
                 (metrics.prefix_cache_queries.labels(self.name), metrics.prefix_cache_hits.labels(self.name)),
+                longest=settings.max_input_tokens + settings.max_new_tokens,
             )
             if session.spec.writes_cache_in_place
             else None

@@ -36,12 +36,15 @@ class InPlaceDecoder:
         budget: int,
         prefix_share: float,
         prefix_counters: tuple[Any, Any] | None = None,
+        longest: int | None = None,
     ) -> None:
         self.session = session
         self.prefix_counters = prefix_counters  # prompt tokens looked up and found (Prometheus children)
         self.pad = artifact.special_tokens["pad"]
         self._shape = (artifact.n_decoder_layers, artifact.n_kv_heads, artifact.d_head)
-        self._slots, self._capacity = slots, artifact.max_positions
+        # A slot holds the longest sequence a request may make (prompt + new tokens, within the context): the
+        # attention kernel's scratch space for a prompt grows with the buffers' length, not the prompt's.
+        self._slots, self._capacity = slots, min(artifact.max_positions, longest or artifact.max_positions)
         self._buffers: SlotBuffers | None = None
         self.budget = budget
         self.bytes_per_token = 2 * int(np.prod(self._shape)) * 4
