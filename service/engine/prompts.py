@@ -70,8 +70,9 @@ class SlotPrompts:
     def __init__(self, model: GenerationModel, decoder: InPlaceDecoder, rows: list[_Row]) -> None:
         self.model, self.decoder, self.rows = model, decoder, rows
         for row in rows:
-            row.hold = decoder.begin(row, row.seq.prompt_ids)
+            row.hold = decoder.begin(row)
         self.logits: list[np.ndarray] = []  # the last prompt position's, of the rows done
+        self.started = 0  # rows whose feeding began (their cached prefix looked up)
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -93,6 +94,9 @@ class SlotPrompts:
         """The row's next chunk, at most `budget` tokens; the tokens fed."""
         assert row.hold is not None
         prompt = row.seq.prompt_ids
+        if self.started == len(self.logits):  # this row's first chunk
+            self.decoder.reuse_prefix(row.hold.slot, prompt)
+            self.started += 1
         width = min(len(prompt) - int(self.decoder.buffers.lengths[row.hold.slot]), budget)
         logits = self.decoder.feed(row.hold.slot, prompt, width)
         if self.decoder.buffers.lengths[row.hold.slot] == len(prompt):

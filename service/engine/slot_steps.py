@@ -65,16 +65,22 @@ class InPlaceDecoder:
         held = self._buffers.cached_tokens * self.bytes_per_token if self._buffers is not None else 0
         return held + (self.prefixes.bytes if self.prefixes is not None else 0)
 
-    def begin(self, owner: object, prompt: list[int]) -> SlotHold:
-        """A slot for a new prompt, holding its longest cached prefix."""
-        hold = SlotHold.take(owner, self.buffers)
-        if self.prefixes is not None:
-            found = self.prefixes.reuse(prompt, hold.slot, self.buffers)
-            if self.prefix_counters is not None:
-                queries, hits = self.prefix_counters
-                queries.inc(len(prompt))
-                hits.inc(found)
-        return hold
+    def begin(self, owner: object) -> SlotHold:
+        """A slot for a new sequence (released when `owner` is collected, if not before)."""
+        return SlotHold.take(owner, self.buffers)
+
+    def reuse_prefix(self, slot: int, prompt: list[int]) -> int:
+        """Copy the prompt's longest cached prefix into its empty slot; the tokens reused. Called as the prompt's
+        turn to be fed comes, so a prompt fed just before it (another choice of the request, a burst of requests
+        with one system prompt) is already in the store."""
+        if self.prefixes is None:
+            return 0
+        found = self.prefixes.reuse(prompt, slot, self.buffers)
+        if self.prefix_counters is not None:
+            queries, hits = self.prefix_counters
+            queries.inc(len(prompt))
+            hits.inc(found)
+        return found
 
     def feed(self, slot: int, prompt: list[int], width: int) -> np.ndarray:
         """The prompt's next `width` tokens into its slot; the last position's logits [V]."""

@@ -63,6 +63,26 @@ async def test_a_cached_prefix_gives_the_tokens_and_logprobs_of_a_whole_prefill(
     assert hits >= 2 * (system_tokens // BLOCK) * BLOCK and queries > hits
 
 
+async def test_prompts_admitted_together_reuse_the_prefix_of_those_fed_before_them(serving) -> None:
+    """One request's prompts (and `n` choices) are admitted together and fed one after another: each looks the
+    store up as its turn comes, so the second and third find the first's system prompt."""
+    prompts = [SYSTEM + "Then light.", SYSTEM + "And darkness.", SYSTEM + "And water."]
+
+    async def together(gen: GenerationService) -> list[list[tuple[int, float | None, list[float]]]]:
+        sequences = [gen.sequence(gen.tokenize(p, "prompt"), GREEDY) for p in prompts]
+        results = await gen.scheduler.submit(sequences, None, "prompt").results()
+        return [tokens_and_logprobs(r) for r in results]
+
+    async with serving(prefix_cache_fraction=0.0) as s:
+        uncached = await together(s.engine.generator)
+    async with serving() as s:
+        cached = await together(s.engine.generator)
+        hits = sample(s, "serve_prefix_cache_hits_total")
+        system_blocks = len(s.engine.generator.tokenize(SYSTEM, "prompt")) // BLOCK
+    assert cached == uncached
+    assert hits >= 2 * system_blocks * BLOCK > 0
+
+
 async def test_admission_keeps_within_the_cache_budget(serving) -> None:
     async with serving() as s:
         per_token = s.engine.generator.model.in_place.bytes_per_token
