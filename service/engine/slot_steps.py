@@ -15,7 +15,7 @@ import numpy as np
 
 from contract.names import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from service.engine.prefix_cache import BLOCK, PrefixCache
-from service.engine.slots import SlotBuffers, SlotHold
+from service.engine.slots import SlotBuffers, SlotHold, bytes_per_token
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 
@@ -47,7 +47,7 @@ class InPlaceDecoder:
         self._slots, self._capacity = slots, min(artifact.max_positions, longest or artifact.max_positions)
         self._buffers: SlotBuffers | None = None
         self.budget = budget
-        self.bytes_per_token = 2 * int(np.prod(self._shape)) * 4
+        self.bytes_per_token = bytes_per_token(*self._shape)
         prefix_bytes = int(budget * prefix_share)
         block_bytes = BLOCK * self.bytes_per_token
         self.prefixes = PrefixCache(prefix_bytes, block_bytes) if prefix_bytes >= block_bytes else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import mmap
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ CAPACITY_STEP = 256  # capacity is rounded up to it: a slot's bytes are then a w
 
 
 def bytes_per_token(n_layers: int, n_kv_heads: int, d_head: int) -> int:
-    """Bytes one cached token takes: a key and a value per layer and key/value head, float32."""
+    """Bytes one cached token takes: a key and a value per layer and key/value head, float32 (docs/operations.md
+    tables them per model)."""
     return 2 * n_layers * n_kv_heads * d_head * FLOAT32.itemsize
 
 
@@ -40,7 +42,8 @@ def _anonymous(nbytes: int) -> mmap.mmap:
 
 
 class SlotBuffers:
-    """One model's cache slots. The worker thread alone uses them (acquire, run, release)."""
+    """One model's cache slots, used by its worker thread (acquire, run, release); a finalizer may release a
+    dropped row's slot from another thread, hence the lock."""
 
     def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, slots: int, capacity: int) -> None:
         capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
@@ -52,12 +55,9 @@ class SlotBuffers:
         self.lengths = np.zeros(slots, dtype=np.int64)  # tokens written per slot
         self._free = list(range(slots))  # a heap: the lowest free slot first keeps the high-water mark low
         self._used: set[int] = set()
+        self._lock = threading.Lock()
         self.past_names = kv_names(PAST, n_layers)
         self.present_names = kv_names(PRESENT, n_layers)
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.slot_bytes * len(self.buffers) // self.capacity
 
     @property
     def in_use(self) -> int:
@@ -69,19 +69,21 @@ class SlotBuffers:
 
     def acquire(self) -> int:
         """A free slot, emptied; IndexError when every slot is taken (admission keeps within the count)."""
-        slot = heapq.heappop(self._free)
-        self._used.add(slot)
+        with self._lock:
+            slot = heapq.heappop(self._free)
+            self._used.add(slot)
         self.lengths[slot] = 0
         return slot
 
     def release(self, slot: int) -> None:
         """Free a slot (idempotent) and hand its pages back to the OS."""
-        if slot not in self._used:
-            return
-        self._used.discard(slot)
-        written = int(self.lengths[slot])
-        self.lengths[slot] = 0
-        heapq.heappush(self._free, slot)
+        with self._lock:
+            if slot not in self._used:
+                return
+            self._used.discard(slot)
+            written = int(self.lengths[slot])
+            self.lengths[slot] = 0
+            heapq.heappush(self._free, slot)
         if written:
             for m in self._maps:
                 m.madvise(mmap.MADV_DONTNEED, slot * self.slot_bytes, self.slot_bytes)
@@ -89,16 +91,6 @@ class SlotBuffers:
     def views(self, first: int, stop: int) -> list[np.ndarray]:
         """Every layer's buffers for slots first .. stop - 1 (contiguous views, no copy)."""
         return [b[first:stop] for b in self.buffers]
-
-    def copy_in(self, slot: int, parts: list[np.ndarray], length: int) -> None:
-        """Write `length` cached positions (per buffer [Hkv, length, Dh]) at the start of a slot."""
-        for buffer, part in zip(self.buffers, parts, strict=True):
-            buffer[slot, :, :length] = part[:, :length]
-        self.lengths[slot] = length
-
-    def copy_out(self, slot: int, length: int) -> list[np.ndarray]:
-        """A copy of a slot's first `length` positions, per buffer [Hkv, length, Dh]."""
-        return [buffer[slot, :, :length].copy() for buffer in self.buffers]
 
 
 @dataclass(eq=False)

@@ -16,7 +16,7 @@ from service.engine.generation import GenerationParams, GenerationResult
 from service.engine.generation_service import GenerationService
 from service.engine.prefix_cache import BLOCK, PrefixCache
 from service.engine.sampling import SamplingParams
-from service.engine.slots import SlotBuffers
+from service.engine.slots import SlotBuffers, bytes_per_token
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 
@@ -140,7 +140,7 @@ async def test_every_slot_is_released_after_finished_cancelled_and_failed_sequen
 
 def test_slots_are_lowest_first_and_a_released_slot_reads_zero() -> None:
     buffers = SlotBuffers(n_layers=1, n_kv_heads=2, d_head=8, slots=4, capacity=10)
-    assert buffers.capacity == 256 and buffers.bytes_per_token == 2 * 2 * 8 * 4
+    assert buffers.capacity == 256 and buffers.slot_bytes == 2 * 256 * 8 * 4
     a, b = buffers.acquire(), buffers.acquire()
     assert (a, b) == (0, 1)
     buffers.buffers[0][a, :, :5] = 1.0
@@ -153,7 +153,8 @@ def test_slots_are_lowest_first_and_a_released_slot_reads_zero() -> None:
 
 def test_the_prefix_store_matches_tokens_exactly_and_evicts_leaves_first() -> None:
     buffers = SlotBuffers(n_layers=1, n_kv_heads=1, d_head=4, slots=2, capacity=4 * BLOCK)
-    store = PrefixCache(max_bytes=3 * BLOCK * buffers.bytes_per_token, block_bytes=BLOCK * buffers.bytes_per_token)
+    per_token = bytes_per_token(1, 1, 4)
+    store = PrefixCache(max_bytes=3 * BLOCK * per_token, block_bytes=BLOCK * per_token)
     first = list(range(3 * BLOCK))
     slot = buffers.acquire()
     for buffer in buffers.buffers:
