@@ -115,3 +115,23 @@ def test_a_prompt_longer_than_the_budget_is_admitted_alone() -> None:
     policy.enqueue([long, short])
     assert policy.admit(batch_rows=1) == [long]  # padding the short one to its length would pass the budget
     assert policy.admit(batch_rows=1) == [short]
+
+
+def test_the_cache_budget_admits_first_come_first_served_and_refuses_what_never_fits() -> None:
+    """Each sequence reserves its worst case (cache_tokens x 10 bytes here): one that does not fit the room left
+    waits, and so does everyone behind it; one beyond the whole budget is a 422 naming max_new_tokens."""
+    policy: SchedulingPolicy[Sequence] = SchedulingPolicy(
+        "m", max_rows=8, max_queue_size=8, max_wait_s=0.0, clock=FakeClock(),
+        cache_budget=100, cache_cost=lambda seq: 10 * seq.cache_tokens,
+    )
+    big, small, smaller = seqs(3)
+    big.cache_tokens, small.cache_tokens, smaller.cache_tokens = 6, 5, 1
+    policy.enqueue([big, small, smaller])
+    assert policy.admit(None, cache_room=100) == [big]  # 60 + 50 > 100: small waits, and smaller behind it
+    assert policy.admit(1, cache_room=40) == []
+    assert policy.admit(1, cache_room=60) == [small, smaller]
+    too_big = seqs(1)[0]
+    too_big.cache_tokens = 11
+    with pytest.raises(InvalidInput, match="SERVE_KV_CACHE_BYTES") as refused:
+        policy.check_request([too_big], "prompt")
+    assert refused.value.field == "max_new_tokens"
