@@ -171,3 +171,21 @@ def test_the_prefix_store_matches_tokens_exactly_and_evicts_leaves_first() -> No
     fresh = [7] * (BLOCK + 1)
     store.remember(fresh, slot, buffers)
     assert len(store.nodes) == 3 and store.reuse([*first, 1], other, buffers) == 2 * BLOCK
+
+
+async def test_the_in_place_cache_gives_the_appended_caches_tokens_and_logprobs(
+    serving, make_settings: Callable[..., Settings], tiny_artifacts: Path
+) -> None:
+    """The same tiny generator exported both ways (model/export/tiny.py builds it from one seed): greedy tokens
+    equal, logprobs within float32 rounding (two attention kernels sum in different orders)."""
+    prompts = ["Hello", SYSTEM + "Then light.", "Café 東京 🙂"]
+    async with serving() as s:
+        in_place = [tokens_and_logprobs(await generate(s.engine.generator, p)) for p in prompts]
+    async with serve(make_settings(artifacts_dir=tiny_artifacts)) as s:
+        assert s.engine.generator.model.in_place is None
+        appended = [tokens_and_logprobs(await generate(s.engine.generator, p)) for p in prompts]
+    for ours, theirs in zip(in_place, appended, strict=True):
+        assert [t for t, _, _ in ours] == [t for t, _, _ in theirs]
+        differences = [abs(a - b) for (_, a, x), (_, b, y) in zip(ours, theirs, strict=True)
+                       for a, b in [(a, b), *zip(x, y, strict=True)] if a is not None and b is not None]
+        assert max(differences) < 1e-4, max(differences)
