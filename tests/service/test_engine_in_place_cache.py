@@ -182,8 +182,9 @@ async def test_the_in_place_cache_gives_the_appended_caches_tokens_and_logprobs(
     async with serving() as s:
         in_place = [tokens_and_logprobs(await generate(s.engine.generator, p)) for p in prompts]
     async with serve(make_settings(artifacts_dir=tiny_artifacts)) as s:
-        assert s.engine.generator.model.in_place is None
-        appended = [tokens_and_logprobs(await generate(s.engine.generator, p)) for p in prompts]
+        gen = s.engine.generator
+        assert gen is not None and gen.model.in_place is None
+        appended = [tokens_and_logprobs(await generate(gen, p)) for p in prompts]
     for ours, theirs in zip(in_place, appended, strict=True):
         assert [t for t, _, _ in ours] == [t for t, _, _ in theirs]
         differences = [abs(a - b) for (_, a, x), (_, b, y) in zip(ours, theirs, strict=True)
