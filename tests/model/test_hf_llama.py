@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 from tokenizers import Tokenizer
@@ -71,8 +72,10 @@ def test_exported_graph_matches_transformers_on_a_padded_batch(hf_decoder_import
 
 @pytest.mark.parametrize("name", ["llama", "qwen2", "mistral"])
 def test_decode_steps_through_the_graphs_cache_match_transformers(hf_decoder_imports: Path, name: str) -> None:
-    """A left-padded prefill, then one token per step against the cache: each step's logits are those of
-    transformers on the whole sequence; the cache holds n_kv_heads heads."""
+    """The import writes its cache in place (model/network/in_place.py): a right-padded prefill into buffers
+    bound as both past and present, then one token per row and step at each row's own length. Each step's
+    logits are those of transformers on the whole (left-padded) sequence; the buffers hold n_kv_heads heads
+    and each step wrote its token's keys into them."""
     folder, artifact = hf_decoder_imports / "checkpoints" / name, hf_decoder_imports / "artifacts" / name
     config = json.loads((artifact / "config.json").read_text())
     kv_heads = config["dims"]["n_kv_heads"]
@@ -80,24 +83,35 @@ def test_decode_steps_through_the_graphs_cache_match_transformers(hf_decoder_imp
     family = read_hf_config(folder)["model_type"]
     inputs = batch(folder, family, config["special_tokens"])
     ids, mask = inputs["input_ids"].numpy(), inputs["attention_mask"].numpy()
-    steps = np.random.default_rng(0).integers(3, config["vocab_size"], (len(ids), 3))
+    (rows, width), lengths = ids.shape, mask.sum(1)
+    steps = np.random.default_rng(0).integers(3, config["vocab_size"], (rows, 3))
     session = hf_parity.session(artifact / "decoder.onnx")
-    names = [o.name for o in session.get_outputs()]
-    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": np.clip(mask.cumsum(1) - 1, 0, None),
-             **hf_parity.empty_cache(config, len(ids), "past_key_values")}
-    step_logits = []
-    for column in range(steps.shape[1] + 1):
-        out = dict(zip(names, session.run(names, feeds), strict=True))
-        assert out["present.0.key"].shape[1] == kv_heads
-        step_logits.append(out["logits"][:, -1])
-        if column == steps.shape[1]:
-            break
-        mask = np.concatenate([mask, np.ones((len(ids), 1), dtype=mask.dtype)], axis=1)
-        feeds = {"input_ids": steps[:, column : column + 1], "attention_mask": mask,
-                 "position_ids": (mask.sum(1, keepdims=True) - 1),
-                 **{f"past_key_values.{k[len('present.'):]}": v for k, v in out.items() if k.startswith("present.")}}
+    buffers = hf_parity.empty_cache(config, rows, "past_key_values", width + steps.shape[1])
+    values = {name: ort.OrtValue.ortvalue_from_numpy(buffer) for name, buffer in buffers.items()}
+
+    def run(input_ids: np.ndarray, total: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        binding = session.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
+        binding.bind_cpu_input("attention_mask", (np.arange(total.max()) < total[:, None]).astype(np.int64))
+        binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
+        binding.bind_output("logits", "cpu")
+        for past, value in values.items():
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(past.replace("past_key_values", "present"), value)
+        session.run_with_iobinding(binding)
+        logits: np.ndarray = binding.get_outputs()[0].numpy()
+        return logits
+
+    aligned = np.stack([np.roll(row, n - width) for row, n in zip(ids, lengths, strict=True)])  # left aligned
+    logits = run(aligned, lengths, np.tile(np.arange(width), (rows, 1)))
+    step_logits = [logits[np.arange(rows), lengths - 1]]
+    for column in range(steps.shape[1]):
+        step_logits.append(run(steps[:, column : column + 1], lengths + column + 1, (lengths + column)[:, None])[:, -1])
+        written = buffers["past_key_values.0.key"][np.arange(rows), :, lengths + column]
+        assert np.abs(written).sum(axis=-1).all()  # this step's keys, in place
+    assert buffers["past_key_values.0.key"].shape[1] == kv_heads
     full = torch.cat([inputs["input_ids"], torch.as_tensor(steps)], dim=1)
-    full_mask = torch.as_tensor(mask)
+    full_mask = torch.cat([inputs["attention_mask"], torch.ones(rows, steps.shape[1], dtype=torch.long)], dim=1)
     reference = hf_parity.fp16_rounded(hf_parity.load_hf_model(folder, family))
     with torch.no_grad():
         theirs = reference(input_ids=full, attention_mask=full_mask,
