@@ -607,9 +607,14 @@ class _Ours:
 class OursGenerator(_Ours):
     def __init__(self, setup: Setup, served: Served, prompt: list[int]) -> None:
         from service.engine.generation import GenerationModel
+        from service.engine.slot_steps import InPlaceDecoder
+        from service.settings import Settings
 
-        super().__init__(setup, GenerationModel(served.kind, served.artifact, served.sessions["decoder"],
-                                                served.tokenizer, served.metrics))
+        session, artifact = served.sessions["decoder"], served.artifact
+        settings = Settings(max_input_tokens=artifact.max_positions, max_new_tokens=artifact.max_positions)
+        in_place = InPlaceDecoder.for_session(served.kind, session, artifact, settings, served.metrics)
+        super().__init__(setup, GenerationModel(served.kind, artifact, session, served.tokenizer, served.metrics,
+                                                in_place))
         self.prompt = prompt
 
     def generate(self, n: int) -> Batch:

@@ -124,6 +124,8 @@ class GenerationModel:
         in_place: InPlaceDecoder | None = None,
     ) -> None:
         self.name = name
+        if session.spec.writes_cache_in_place and in_place is None:
+            raise ValueError(f"{name}: its graph writes its cache in place: pass InPlaceDecoder.for_session(...)")
         self.in_place = in_place  # where the graph writes its cache in place (slot_steps.py)
         self.artifact = artifact
         self.session = session

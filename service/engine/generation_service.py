@@ -22,7 +22,6 @@ from service.engine.generation import (
     TokenEvent,
 )
 from service.engine.handle import Handle
-from service.engine.kv_budget import kv_cache_budget
 from service.engine.metrics import Metrics
 from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduling import Scheduler
@@ -91,19 +90,7 @@ class GenerationService(TaskService[GenerationSequence]):
 
     def __init__(self, artifact: Artifact, session: GraphSession, settings: Settings, metrics: Metrics) -> None:
         super().__init__(artifact, settings)
-        in_place = (
-            InPlaceDecoder(
-                session,
-                artifact,
-                settings.max_batch_size,
-                kv_cache_budget(settings.kv_cache_bytes),
-                settings.prefix_cache_fraction,
-                (metrics.prefix_cache_queries.labels(self.name), metrics.prefix_cache_hits.labels(self.name)),
-                longest=settings.max_input_tokens + settings.max_new_tokens,
-            )
-            if session.spec.writes_cache_in_place
-            else None
-        )
+        in_place = InPlaceDecoder.for_session(self.name, session, artifact, settings, metrics)
         self.model = GenerationModel(self.name, artifact, session, self.tokenizer, metrics, in_place)
         # Its batches are typed over the base Sequence; it only ever gets back the GenerationSequences queued here.
         model = cast("DecodeModel[GenerationSequence]", self.model)

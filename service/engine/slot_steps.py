@@ -14,10 +14,13 @@ from typing import Any
 import numpy as np
 
 from contract.names import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from service.engine.kv_budget import kv_cache_budget
+from service.engine.metrics import Metrics
 from service.engine.prefix_cache import BLOCK, PrefixCache
 from service.engine.slots import SlotBuffers, SlotHold, bytes_per_token
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
+from service.settings import Settings
 
 
 def _leading_ones(lengths: np.ndarray) -> np.ndarray:
@@ -51,6 +54,24 @@ class InPlaceDecoder:
         prefix_bytes = int(budget * prefix_share)
         block_bytes = BLOCK * self.bytes_per_token
         self.prefixes = PrefixCache(prefix_bytes, block_bytes) if prefix_bytes >= block_bytes else None
+
+    @classmethod
+    def for_session(
+        cls, name: str, session: GraphSession, artifact: Artifact, settings: Settings, metrics: Metrics
+    ) -> InPlaceDecoder | None:
+        """The decoder a generator's graph needs when it writes its cache in place (None: it appends to it),
+        sized by the settings: a slot per batch row, each as long as a request may make a sequence."""
+        if not session.spec.writes_cache_in_place:
+            return None
+        return cls(
+            session,
+            artifact,
+            settings.max_batch_size,
+            kv_cache_budget(settings.kv_cache_bytes),
+            settings.prefix_cache_fraction,
+            (metrics.prefix_cache_queries.labels(name), metrics.prefix_cache_hits.labels(name)),
+            longest=settings.max_input_tokens + settings.max_new_tokens,
+        )
 
     @property
     def buffers(self) -> SlotBuffers:
