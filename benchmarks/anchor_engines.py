@@ -606,8 +606,8 @@ class _Ours:
 
 class OursGenerator(_Ours):
     def __init__(self, setup: Setup, served: Served, prompt: list[int]) -> None:
+        from service.engine.cache.in_place import InPlaceDecoder
         from service.engine.generation import GenerationModel
-        from service.engine.slot_steps import InPlaceDecoder
         from service.settings import Settings
 
         session, artifact = served.sessions["decoder"], served.artifact

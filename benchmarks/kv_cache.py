@@ -1,5 +1,5 @@
 """Our key/value cache at real size: the appended cache (the graph returns past + new) against the one the graph
-writes in place (service/engine/slots.py), one server at a time on the same cores, through /v1/completions.
+writes in place (service/engine/cache/slots.py), one server at a time on the same cores, through /v1/completions.
 
     python -m benchmarks.kv_cache [--model smollm2-135m] [--contexts 64,1000,2000] [--streams 4,16] [--rounds 2]
                                   [--caches appended,in-place] [--work .peers-cache] [--out bench_results/kv_cache.json]

@@ -58,10 +58,10 @@ class Settings(BaseSettings):
     prefill_chunk_tokens: int = Field(default=64, ge=0, le=65536)
     max_queue_size: int = Field(default=256, ge=1, le=1_000_000)
     # Bytes each generator's key/value cache may take: its running sequences' worst case (prompt + new tokens)
-    # plus its prefix store; a request waits in the queue until it fits (service/engine/kv_budget.py).
+    # plus its prefix store; a request waits in the queue until it fits (service/engine/cache/budget.py).
     # 0: half the memory limit (the cgroup's, else the machine's).
     kv_cache_bytes: int = Field(default=0, ge=0, le=1 << 44)
-    # Reuse the cached keys and values of prompt prefixes seen before (service/engine/prefix_cache.py), in at
+    # Reuse the cached keys and values of prompt prefixes seen before (service/engine/cache/prefix.py), in at
     # most this share of kv_cache_bytes; 0 turns it off.
     prefix_cache_fraction: float = Field(default=0.25, ge=0, le=1)
     request_timeout_s: float = Field(default=60.0, gt=0, le=86_400)

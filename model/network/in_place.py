@@ -4,7 +4,7 @@ The usual cache (``MultiHeadAttention.forward``) returns ``present = concat(past
 the whole cache, and batching rows of different lengths needs left padding. Here each layer's cache is a
 buffer of ``capacity`` positions per row ([B, Hkv, capacity, Dh]) that ONNX Runtime's
 ``com.microsoft.GroupQueryAttention`` writes the new tokens' keys and values into, at each row's own
-length, when the caller binds the same buffer as the node's past and present (service/engine/slots.py).
+length, when the caller binds the same buffer as the node's past and present (service/engine/cache/slots.py).
 A step then reads the cache and writes one token's worth; rows are right padded, each row's length is
 ``seqlens_k + 1`` (from the attention mask: ones for a row's past and new tokens, left aligned), and the
 node masks causally and past each row's length itself.

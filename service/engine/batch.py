@@ -8,8 +8,8 @@ from typing import Generic, Protocol, Self, TypedDict, TypeVar
 
 import numpy as np
 
+from service.engine.cache.appended import KVCache
 from service.engine.chooser import ChooserRows
-from service.engine.kv import KVCache
 from service.engine.sequence import Sequence
 from service.engine.stopping import StopRows
 
@@ -17,7 +17,7 @@ from service.engine.stopping import StopRows
 class DecodeState(TypedDict):
     """Keyword arguments of both batches' constructors."""
 
-    cache: KVCache | None  # per row; None where each row holds a slot of an in-place cache (slots.py)
+    cache: KVCache | None  # per row; None where each row holds a slot of an in-place cache (cache/slots.py)
     next_ids: np.ndarray  # [rows, 1]: the token each row feeds next
     chooser: ChooserRows  # per row that chooses its own token (translation: per num_beams=1 request)
     stops: StopRows  # as chooser

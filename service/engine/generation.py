@@ -21,6 +21,9 @@ from tokenizers import Tokenizer
 from contract.names import ATTENTIONS, PRESENT, layer_names
 from service.engine.attention import stack_rows, to_json
 from service.engine.batch import SequenceBatch
+from service.engine.cache.appended import KVCache, kv_names
+from service.engine.cache.in_place import InPlaceDecoder
+from service.engine.cache.slots import SlotHold
 from service.engine.chooser import Choice, ChooserRows, choose
 from service.engine.constraints import (
     CLOSING_WINDOW,
@@ -31,13 +34,10 @@ from service.engine.constraints import (
     closing_token,
     fill_masks,
 )
-from service.engine.kv import KVCache, kv_names
 from service.engine.metrics import Metrics, finished_reason
 from service.engine.prompts import PromptBatch, SlotPrompts, release_slots
 from service.engine.sampling import SamplingParams
 from service.engine.sequence import Emit, Sequence
-from service.engine.slot_steps import InPlaceDecoder
-from service.engine.slots import SlotHold
 from service.engine.stopping import END, StopRows, release
 from service.engine.streaming import TextStream
 from service.runtime.artifact import Artifact
@@ -110,7 +110,7 @@ class _Row:
         constraint = seq.params.constraint
         self.matcher = model.grammars.matcher(constraint) if constraint is not None else None
         self.closing = Closing()  # closing its grammar's structure as its budget ends
-        self.hold: SlotHold | None = None  # its slot of an in-place cache (slots.py)
+        self.hold: SlotHold | None = None  # its slot of an in-place cache (cache/slots.py)
 
 
 class GenerationModel:
@@ -126,7 +126,7 @@ class GenerationModel:
         self.name = name
         if session.spec.writes_cache_in_place and in_place is None:
             raise ValueError(f"{name}: its graph writes its cache in place: pass InPlaceDecoder.for_session(...)")
-        self.in_place = in_place  # where the graph writes its cache in place (slot_steps.py)
+        self.in_place = in_place  # where the graph writes its cache in place (cache/in_place.py)
         self.artifact = artifact
         self.session = session
         self.tokenizer = tokenizer

@@ -11,6 +11,7 @@ from tokenizers import Encoding
 
 from contract.kinds import GENERATION
 from service.engine.attention import check_budget, check_length
+from service.engine.cache.in_place import InPlaceDecoder
 from service.engine.chat_template import ChatTemplate
 from service.engine.constraints import CompiledGrammar, Constraint
 from service.engine.errors import InvalidInput
@@ -27,7 +28,6 @@ from service.engine.sampling import SamplingParams, with_model_defaults
 from service.engine.scheduling import Scheduler
 from service.engine.scoring import PromptScorer, Scorer, TokenScore
 from service.engine.sequence import DecodeModel
-from service.engine.slot_steps import InPlaceDecoder
 from service.engine.task_service import TaskService, list_field
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession

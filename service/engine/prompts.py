@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service.engine.kv import KVCache
+from service.engine.cache.appended import KVCache
+from service.engine.cache.in_place import InPlaceDecoder
 from service.engine.sequence import Emit, Sequence
-from service.engine.slot_steps import InPlaceDecoder
 
 if TYPE_CHECKING:
     from service.engine.generation import GenerationBatch, GenerationModel, _Row
@@ -64,7 +64,7 @@ class PromptBatch:
 
 
 class SlotPrompts:
-    """Newcomers' prompts fed into their own cache slots (slot_steps.py), one row after another, at most
+    """Newcomers' prompts fed into their own cache slots (cache/in_place.py), one row after another, at most
     `max_tokens` tokens per call: no padding, and a prompt starts from its longest cached prefix."""
 
     def __init__(self, model: GenerationModel, decoder: InPlaceDecoder, rows: list[_Row]) -> None:

@@ -16,8 +16,8 @@ from typing import Protocol
 import numpy as np
 
 from contract.names import ATTENTION_MASK, PAST, POSITION_IDS, PRESENT
+from service.engine.cache.appended import KVCache, kv_names
 from service.engine.errors import QueueFull, RequestTimeout
-from service.engine.kv import KVCache, kv_names
 from service.engine.sampling import log_softmax
 from service.engine.scheduling import MAX_PREFILL_TOKENS
 from service.runtime.sessions import GraphSession

@@ -72,7 +72,7 @@ class DecodeModel(Protocol[SeqT]):
 
 @runtime_checkable
 class CacheBudgeted(Protocol):
-    """A model whose sequences' key/value caches share a memory budget (service/engine/kv_budget.py)."""
+    """A model whose sequences' key/value caches share a memory budget (service/engine/cache/budget.py)."""
 
     @property
     def cache_budget(self) -> int | None:

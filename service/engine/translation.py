@@ -32,9 +32,9 @@ from contract.names import (
 from service.engine.attention import RowAttention, to_json
 from service.engine.batch import SequenceBatch
 from service.engine.beam_search import BeamPool, Candidates, Finished, Targets, banned_ngrams, beam_step
+from service.engine.cache.appended import CrossState, KVCache, kv_names
 from service.engine.chooser import ChooserRows, choose
 from service.engine.encoder_batch import encoder_feeds
-from service.engine.kv import CrossState, KVCache, kv_names
 from service.engine.metrics import Metrics
 from service.engine.sequence import Emit, Sequence
 from service.engine.stopping import END, LENGTH, RUNNING, StopRows, release

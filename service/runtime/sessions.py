@@ -295,7 +295,7 @@ class GraphSession:
         self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str], cache: Mapping[str, tuple[str, np.ndarray]]
     ) -> dict[str, np.ndarray]:
         """Run with each cache buffer bound as an input and as the output that aliases it (past -> present,
-        buffer): the graph writes the new keys and values into the buffers (service/engine/slots.py). The
+        buffer): the graph writes the new keys and values into the buffers (service/engine/cache/slots.py). The
         buffers are host memory: a CUDA session copies them each run (the in-place path is measured on CPU)."""
         if self.detached:
             raise RuntimeError(f"{self.name}: this is a front-end process; models run in the engine process")

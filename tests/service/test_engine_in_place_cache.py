@@ -1,4 +1,4 @@
-"""The in-place key/value cache (service/engine/slots.py, slot_steps.py): prefix reuse gives the tokens and
+"""The in-place key/value cache (service/engine/cache/slots.py, in_place.py): prefix reuse gives the tokens and
 logprobs of a whole prefill, admission keeps within SERVE_KV_CACHE_BYTES, and every slot comes back."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.engine.cache.prefix import BLOCK, PrefixCache
+from service.engine.cache.slots import SlotBuffers, bytes_per_token
 from service.engine.generation import GenerationParams, GenerationResult
 from service.engine.generation_service import GenerationService
-from service.engine.prefix_cache import BLOCK, PrefixCache
 from service.engine.sampling import SamplingParams
-from service.engine.slots import SlotBuffers, bytes_per_token
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from service.engine.kv import CrossState, KVCache
+from service.engine.cache.appended import CrossState, KVCache
 
 
 def cache(mask: list[list[int]], fill: float) -> KVCache:

@@ -16,7 +16,7 @@ import pytest
 
 from contract.kinds import DECODER, KINDS, TASKS
 from contract.names import LOGITS_TO_KEEP, PAST, PRESENT, TOP_IDS, TOP_K, TOP_LOGPROBS, kv_names
-from service.engine.kv import KVCache
+from service.engine.cache.appended import KVCache
 from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions

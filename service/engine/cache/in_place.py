@@ -1,4 +1,4 @@
-"""Running a decoder graph whose cache is written in place (service/engine/slots.py): a prompt's chunks into
+"""Running a decoder graph whose cache is written in place (service/engine/cache/slots.py): a prompt's chunks into
 its own slot, and decode steps over the slots in use.
 
 Rows are right aligned in their slots: a row's tokens are positions 0 .. length - 1 of its slot, and the
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from contract.names import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
-from service.engine.kv_budget import kv_cache_budget
+from service.engine.cache.budget import kv_cache_budget
+from service.engine.cache.prefix import BLOCK, PrefixCache
+from service.engine.cache.slots import SlotBuffers, SlotHold, bytes_per_token
 from service.engine.metrics import Metrics
-from service.engine.prefix_cache import BLOCK, PrefixCache
-from service.engine.slots import SlotBuffers, SlotHold, bytes_per_token
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings

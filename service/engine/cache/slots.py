@@ -8,7 +8,7 @@ the slots 0 .. high-water mark: slot-major buffers make that range one contiguou
 The buffers are anonymous memory maps that reserve nothing: a page exists once a token is written to it,
 so resident memory follows the tokens cached, not ``slots x capacity``, and a released slot's pages go
 back to the OS at once (``madvise(MADV_DONTNEED)``). Admission keeps the tokens in use within
-SERVE_KV_CACHE_BYTES (service/engine/kv_budget.py).
+SERVE_KV_CACHE_BYTES (service/engine/cache/budget.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.names import PAST, PRESENT
-from service.engine.kv import kv_names
+from service.engine.cache.appended import kv_names
 
 MAP_NORESERVE = 0x4000  # Linux's flag (Python's mmap module does not name it): no swap reserved up front
 FLOAT32 = np.dtype(np.float32)

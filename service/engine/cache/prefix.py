@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.slots import SlotBuffers
+from service.engine.cache.slots import SlotBuffers
 
 BLOCK = 32  # tokens per node: coarser blocks copy in fewer pieces, finer ones reuse more of a prompt
 _ROOT = 0
