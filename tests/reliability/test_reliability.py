@@ -13,7 +13,7 @@ from harness.reliability.memory import MEMORY_SETTINGS
 from harness.reliability.sections import Outcome
 from harness.reliability.transport import SEND_TIMEOUT_SETTINGS, TRANSPORT_SETTINGS
 
-SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "20"))
+SOAK_S = float(os.environ.get("RELIABILITY_SOAK_S", "30"))  # shorter, one allocator bump reads as a trend
 
 
 def passed(outcome: Outcome, record: list[Outcome], api_processes: str = "1") -> bool:
