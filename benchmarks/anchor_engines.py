@@ -607,7 +607,7 @@ class _Ours:
 class OursGenerator(_Ours):
     def __init__(self, setup: Setup, served: Served, prompt: list[int]) -> None:
         from service.engine.cache.in_place import InPlaceDecoder
-        from service.engine.generation import GenerationModel
+        from service.engine.tasks.generation.decoding import GenerationModel
         from service.settings import Settings
 
         session, artifact = served.sessions["decoder"], served.artifact
@@ -618,8 +618,8 @@ class OursGenerator(_Ours):
         self.prompt = prompt
 
     def generate(self, n: int) -> Batch:
-        from service.engine.generation import GenerationParams, GenerationSequence
-        from service.engine.sampling import SamplingParams
+        from service.engine.tasks.generation.decoding import GenerationParams, GenerationSequence
+        from service.engine.tokens.sampling import SamplingParams
 
         params = GenerationParams(self.s.new_tokens, SamplingParams(temperature=0.0), ignore_eos=True)
         lengths = [r.completion_tokens for r in self._run([GenerationSequence(self.prompt, params) for _ in range(n)])]
@@ -627,8 +627,8 @@ class OursGenerator(_Ours):
 
     def greedy(self, prompts: list[list[int]]) -> list[list[int]]:
         """Greedy tokens of each prompt up to the end token (not included), at most new_tokens."""
-        from service.engine.generation import GenerationParams, GenerationSequence
-        from service.engine.sampling import SamplingParams
+        from service.engine.tasks.generation.decoding import GenerationParams, GenerationSequence
+        from service.engine.tokens.sampling import SamplingParams
 
         params = GenerationParams(self.s.new_tokens, SamplingParams(temperature=0.0))
         return [[t.id for t in r.tokens] for r in self._run([GenerationSequence(p, params) for p in prompts])]
@@ -636,13 +636,13 @@ class OursGenerator(_Ours):
 
 class OursTranslator(_Ours):
     def __init__(self, setup: Setup, served: Served) -> None:
-        from service.engine.translation import TranslationModel
+        from service.engine.tasks.translation.decoding import TranslationModel
 
         super().__init__(setup, TranslationModel(served.kind, served.artifact, served.sessions["encoder"],
                                                  served.sessions["decoder"], served.tokenizer, served.metrics))
 
     def translate(self, beams: int) -> Run:
-        from service.engine.translation import TranslationParams, TranslationSequence
+        from service.engine.tasks.translation.decoding import TranslationParams, TranslationSequence
 
         params = TranslationParams(num_beams=beams, max_new_tokens=self.s.target_tokens, no_repeat_ngram_size=0)
 
@@ -655,12 +655,12 @@ class OursTranslator(_Ours):
 
 class OursClassifier(_Ours):
     def __init__(self, setup: Setup, served: Served) -> None:
-        from service.engine.classification import ClassificationModel
+        from service.engine.tasks.classification.service import ClassificationModel
 
         super().__init__(setup, ClassificationModel(served.artifact, served.sessions["encoder"], served.tokenizer))
 
     def encode(self, n: int) -> Batch:
-        from service.engine.classification import ClassificationSequence, ClassifyItem
+        from service.engine.tasks.classification.service import ClassificationSequence, ClassifyItem
 
         item = ClassifyItem(self.s.text, [0] * len(self.s.text), False)
         self._run([ClassificationSequence(item, None) for _ in range(n)])
@@ -669,12 +669,12 @@ class OursClassifier(_Ours):
 
 class OursEmbedder(_Ours):
     def __init__(self, setup: Setup, served: Served) -> None:
-        from service.engine.embedding import EmbeddingModel
+        from service.engine.tasks.embedding.service import EmbeddingModel
 
         super().__init__(setup, EmbeddingModel(served.artifact, served.sessions["encoder"]))
 
     def encode(self, n: int) -> Batch:
-        from service.engine.embedding import EmbeddingSequence
+        from service.engine.tasks.embedding.service import EmbeddingSequence
 
         self._run([EmbeddingSequence(self.s.embed_text, True, None) for _ in range(n)])
         return n, [0] * n

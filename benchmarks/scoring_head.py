@@ -1,5 +1,5 @@
 """One translator decoder step of two exports of the same weights: without the scoring head (logits out,
-then the standalone head, service/engine/top_logprobs.onnx) and with it (the graph's top_logprobs/top_ids).
+then the standalone head, service/runtime/scoring_head.onnx) and with it (the graph's top_logprobs/top_ids).
 
     python -m benchmarks.scoring_head OLD_FOLDER NEW_FOLDER [--threads 2] [--rows 64] [--repeats 500]
 
@@ -32,7 +32,7 @@ from contract.names import (
     TOP_LOGPROBS,
     kv_names,
 )
-from service.engine.top_logprobs import TopLogprobs
+from service.runtime.scoring_head import TopLogprobs
 
 PAST_LENGTH, SOURCE_LENGTH, K = 20, 30, 8
 

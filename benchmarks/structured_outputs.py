@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.serving import write_record
-from service.engine.constraints import Constraint
 from service.engine.engine import Engine
-from service.engine.generation_service import GenerationJob, GenerationService
-from service.engine.sampling import SamplingParams
+from service.engine.tasks.generation.constraints import Constraint
+from service.engine.tasks.generation.service import GenerationJob, GenerationService
+from service.engine.tokens.sampling import SamplingParams
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ LOGITS_TO_KEEP = "logits_to_keep"
 LOGITS = "logits"
 EMBEDDINGS = "embeddings"  # an embedder's pooled sentence vectors [batch, d_model], not normalised
 
-# The server's scoring head (service/engine/top_logprobs.onnx, built by model/export/scoring_graph.py): logits
+# The server's scoring head (service/runtime/scoring_head.onnx, built by model/export/scoring_graph.py): logits
 # [rows, vocab] and k [1] in; each row's k best log-probabilities and their token ids out, best first.
 # A translator decoder may carry the same head (`decoder_io`'s ``top_k``).
 TOP_K = "k"

@@ -38,12 +38,13 @@ from model.families import FAMILIES
 from model.importing.hf_artifact import import_to_artifact
 from model.importing.hf_chat_template import find_chat_template, template_tokens
 from model.importing.hf_import import CheckpointError
-from service.engine.chat_template import TemplateBoundsError, check_template_source
+from service.engine.tasks.generation.chat_template import TemplateBoundsError, check_template_source
 
 
 def check_chat_template(checkpoint: Path) -> None:
     """The checkpoint's chat template, if any, must compile and render sample conversations within the
-    server's bounds (service/engine/template_sandbox.py): else a CheckpointError, as the server would exit."""
+    server's bounds (service/engine/tasks/generation/template_sandbox.py): else a CheckpointError, as the
+    server would exit."""
     template = find_chat_template(checkpoint)
     if template is None:
         return

@@ -12,33 +12,25 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import (
-    chat,
-    classify,
-    completions,
-    embeddings,
-    generate,
-    health,
-    hf,
-    models,
-    tei,
-    tgi,
-    tokenizer,
-    translate,
-)
-from service.api.auth import ApiKeyMiddleware
-from service.api.budget import BudgetMiddleware
-from service.api.docs import install_docs
+from service.api.asgi.auth import ApiKeyMiddleware
+from service.api.asgi.budget import BudgetMiddleware
+from service.api.asgi.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
+from service.api.asgi.security_headers import SecurityHeadersMiddleware
+from service.api.asgi.tracing import RequestContextMiddleware
+from service.api.docs.openapi import ServingApp, description
+from service.api.docs.pages import install_docs
+from service.api.docs.playground import install_playground
 from service.api.errors import install_error_handlers
-from service.api.metrics import router as metrics_router
-from service.api.middleware import BodyLimitMiddleware, InFlight, InternalErrorMiddleware, RequestMetricsMiddleware
-from service.api.openai_errors import OpenAIErrorMiddleware
-from service.api.openapi import ServingApp, description
-from service.api.playground import install_playground
+from service.api.hf import routes as hf
+from service.api.native import classify, generate, health, translate
+from service.api.native.metrics import router as metrics_router
+from service.api.native.schemas import ErrorResponse
+from service.api.openai import chat, completions, embeddings, models
+from service.api.openai.errors import OpenAIErrorMiddleware
 from service.api.routes import add_routes
-from service.api.schemas import ErrorResponse
-from service.api.security_headers import SecurityHeadersMiddleware
-from service.api.tracing import RequestContextMiddleware
+from service.api.tei import routes as tei
+from service.api.tgi import routes as tgi
+from service.api.tokenizer import routes as tokenizer
 from service.engine.budget import Budget
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics

@@ -87,8 +87,8 @@ class Settings(BaseSettings):
     max_attention_values: int = Field(default=1_048_576, ge=1, le=1 << 31)
     # ... and the maps of all requests in flight together (429 beyond): what a burst of them can make the server hold.
     max_attention_values_in_flight: int = Field(default=4_194_304, ge=1, le=1 << 34)
-    # Chat templates run in a child process (service/engine/template_sandbox.py): the longest one compile or
-    # render may take, and the address space the child may use, in MiB.
+    # Chat templates run in a child process (service/engine/tasks/generation/template_sandbox.py): the
+    # longest one compile or render may take, and the address space the child may use, in MiB.
     chat_template_timeout_s: float = Field(default=2.0, gt=0, le=600)
     chat_template_memory_mb: int = Field(default=512, ge=64, le=1 << 20)
     # Longest /tokenize answer and /detokenize input, in tokens (the body limit alone lets ~1M through).

@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy reads the repository as packages; the script imports its siblings from its own folder
     from harness.deploy.compose import command, ports, rendered, write
-    from harness.deploy.e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
+    from harness.deploy.e2e_checks import Checks, ok
+    from harness.deploy.e2e_client import Client, collect_completion_stream, collect_generate_stream, docker_kill
 else:
     from compose import command, ports, rendered, write
-    from e2e import Checks, Client, collect_completion_stream, collect_generate_stream, docker_kill
+    from e2e_checks import Checks, ok
+    from e2e_client import Client, collect_completion_stream, collect_generate_stream, docker_kill
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = os.environ.get("DOCKER", "docker")
@@ -146,7 +148,7 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
 
     def classify(client: Client) -> str:
         reply = client.post("/v1/classify", {"text": ["A moving, brilliant film.", ["Thin plot.", "Good cast."]]})
-        results = reply_json(reply, "classify")["results"]
+        results = ok(reply, "classify")["results"]
         assert len(results) == 2 and all(r["label"] for r in results), results
         label: str = results[0]["label"]
         return label
@@ -154,7 +156,7 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
     def translate(beams: int) -> Callable[[Client], str]:
         def call(client: Client) -> str:
             body = {"text": "And God said, Let there be light.", "num_beams": beams, "max_new_tokens": 24}
-            (translation,) = reply_json(client.post("/v1/translate", body), "translate")["translations"]
+            (translation,) = ok(client.post("/v1/translate", body), "translate")["translations"]
             assert translation["text"] and translation["output_tokens"] > 0, translation
             text: str = translation["text"]
             return text
@@ -163,7 +165,7 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
 
     def generate(client: Client) -> str:
         body = {"prompt": "The people of the city", "max_new_tokens": 16, "ignore_eos": True, "seed": 3}
-        answer = reply_json(client.post("/v1/generate", body), "generate")
+        answer = ok(client.post("/v1/generate", body), "generate")
         assert answer["usage"]["completion_tokens"] == 16, answer
         text: str = answer["text"]
         return text
@@ -177,7 +179,7 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
 
     def completions(client: Client) -> str:
         body = {"model": "generator", "prompt": "Fellow citizens", "max_tokens": 16, "ignore_eos": True}
-        answer = reply_json(client.post("/v1/completions", body), "completions")
+        answer = ok(client.post("/v1/completions", body), "completions")
         assert answer["usage"]["completion_tokens"] == 16, answer
         text: str = answer["choices"][0]["text"]
         return text
@@ -197,11 +199,6 @@ def request_mix() -> list[tuple[str, Callable[[Client], str]]]:
         ("completions", completions),
         ("completions stream", completions_stream),
     ]
-
-
-def reply_json(reply: Any, what: str) -> Any:
-    assert reply.status == 200, f"{what}: HTTP {reply.status} {reply.body[:300]!r}"
-    return reply.json()
 
 
 class Load:
@@ -239,25 +236,28 @@ class Load:
 # --- the test ------------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--project", default="tsdeploy")
-    parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
-    args = parser.parse_args()
-    deployment = Deployment(args.project)
-    checks = Checks()
-    state: dict[str, Any] = {}
+class ScaleRun:
+    """The run's steps, each a check (a short note, or an AssertionError); what one finds, the next reads."""
 
-    def start() -> str:
-        deployment.write()
-        deployment.compose("up", "-d", "--no-build", *REPLICAS)
-        waits = {name: deployment.wait_ready(name, f"http://127.0.0.1:{port}") for name, port in REPLICAS.items()}
-        deployment.compose("up", "-d", "--no-build", "--no-deps", "lb")
-        wait_lb()
-        state["before"] = {name: scrape(port) for name, port in REPLICAS.items()}
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.before: dict[str, Counter[str]] = {}  # each replica's counts before the load
+        self.since = 0  # when the load started (nginx's log from here)
+        self.load_run: Load | None = None
+        self.delta: dict[str, int] = {}  # the 200s each replica served during the load
+        self.stopper: dict[str, Any] = {}  # the stop of the replica: when, its counts, its exit
+        self.stop_thread = threading.Thread(target=self.stop_replica, daemon=True)
+
+    def start(self) -> str:
+        self.deployment.write()
+        self.deployment.compose("up", "-d", "--no-build", *REPLICAS)
+        waits = {name: self.deployment.wait_ready(name, f"http://127.0.0.1:{port}") for name, port in REPLICAS.items()}
+        self.deployment.compose("up", "-d", "--no-build", "--no-deps", "lb")
+        self.wait_lb()
+        self.before = {name: scrape(port) for name, port in REPLICAS.items()}
         return ", ".join(f"{name} :{port} ready after {waits[name]:.0f}s" for name, port in REPLICAS.items())
 
-    def wait_lb() -> None:
+    def wait_lb(self) -> None:
         client, started = Client(f"http://127.0.0.1:{LB_PORT}", timeout=5), time.monotonic()
         while True:
             try:
@@ -268,11 +268,10 @@ def main() -> int:
             assert time.monotonic() - started < 30, "nginx /lb-health not 200 after 30s"
             time.sleep(0.5)
 
-    stopper: dict[str, Any] = {}
-
-    def stop_replica() -> None:
+    def stop_replica(self) -> None:
         """SIGTERM, then follow the stopped replica's own /metrics for as long as it answers."""
-        cid = deployment.container(STOPPED)
+        stopper = self.stopper
+        cid = self.deployment.container(STOPPED)
         stopper["at"] = time.monotonic()
         stopper["before_stop"] = scrape(REPLICAS[STOPPED])
         docker_kill(cid, "SIGTERM")
@@ -287,34 +286,32 @@ def main() -> int:
         code = subprocess.run([DOCKER, "wait", cid], capture_output=True, text=True, timeout=120).stdout.strip()
         stopper["exit"] = (int(code), time.monotonic() - stopper["at"])
 
-    stop_thread = threading.Thread(target=stop_replica, daemon=True)
-
-    def on_progress(done: int) -> None:
+    def on_progress(self, done: int) -> None:
         if done == STOP_AFTER:
-            stop_thread.start()
+            self.stop_thread.start()
 
-    def load() -> str:
-        run = Load(f"http://127.0.0.1:{LB_PORT}", on_progress)
-        state["since"] = int(time.time())  # nginx's log from here: the load balancer may have served before
+    def load(self) -> str:
+        run = Load(f"http://127.0.0.1:{LB_PORT}", self.on_progress)
+        self.since = int(time.time())  # nginx's log from here: the load balancer may have served before
         took = run.run()
-        stop_thread.join(timeout=120)
-        state["load"] = run
+        self.stop_thread.join(timeout=120)
+        self.load_run = run
         assert not run.failures, f"{len(run.failures)} failed: " + "; ".join(run.failures[:5])
         assert run.done == REQUESTS, run.done
         mix = ", ".join(f"{n} {c}" for n, c in sorted(run.by_kind.items()))
         return f"{REQUESTS} requests, all 200 and well-formed, in {took:.1f}s ({mix})"
 
-    def stopped_cleanly() -> str:
-        assert "exit" in stopper, "the stop of the replica did not finish"
-        code, took = stopper["exit"]
+    def stopped_cleanly(self) -> str:
+        assert "exit" in self.stopper, "the stop of the replica did not finish"
+        code, took = self.stopper["exit"]
         assert code == 0, f"{STOPPED} exited with {code} after SIGTERM (expected 0: a clean drain)"
         return f"{STOPPED} got SIGTERM after {STOP_AFTER} requests, drained and exited 0 in {took:.1f}s"
 
-    def spread() -> str:
+    def spread(self) -> str:
         after = {name: scrape(port) for name, port in REPLICAS.items() if name != STOPPED}
-        after[STOPPED] = stopper["last"]
-        delta = {name: after[name]["200"] - state["before"][name]["200"] for name in REPLICAS}
-        state["delta"] = delta
+        after[STOPPED] = self.stopper["last"]
+        delta = {name: after[name]["200"] - self.before[name]["200"] for name in REPLICAS}
+        self.delta = delta
         for name, count in delta.items():
             assert count >= REQUESTS // 20, f"{name} served only {count} of {REQUESTS}: not spread ({delta})"
         # What nginx answered 200 was served by one of the replicas: the live ones exactly, the stopped
@@ -323,48 +320,69 @@ def main() -> int:
         counts = ", ".join(f"{name} {count}" for name, count in delta.items())
         return f"{counts} (200s counted by each replica's /metrics)"
 
-    def nginx_agrees() -> str:
+    def nginx_agrees(self) -> str:
         logs = subprocess.run(
-            [DOCKER, "logs", "--since", str(state["since"]), deployment.container("lb")],
+            [DOCKER, "logs", "--since", str(self.since), self.deployment.container("lb")],
             capture_output=True, text=True, check=True,
         )
         entries = upstream_log((logs.stdout + logs.stderr).splitlines())
         assert len(entries) == REQUESTS, f"nginx logged {len(entries)} inference requests, sent {REQUESTS}"
-        final: Counter[int] = Counter()
-        refused: Counter[tuple[int, str]] = Counter()
-        retried = 0
-        for request, attempts in entries:
-            assert request.endswith(" 200"), f"nginx answered {request}"
-            *earlier, (port, status) = attempts
-            assert status == "200", (request, attempts)
-            final[port] += 1
-            retried += bool(earlier)
-            for port_refused, status_refused in earlier:
-                # Only the stopped replica may refuse: its drain 503, or its connection closing at exit.
-                assert port_refused == REPLICAS[STOPPED] and status_refused in ("503", "502"), (request, attempts)
-                refused[(port_refused, status_refused)] += 1
-        delta = state["delta"]
+        final, refused, retried = attempts_by_port(entries)
+        delta = self.delta
         for name, port in REPLICAS.items():
             if name == STOPPED:
                 assert delta[name] <= final[port] <= delta[name] + WORKERS, (name, delta[name], final[port])
             else:
                 assert final[port] == delta[name], f"{name}: nginx says {final[port]}, its /metrics {delta[name]}"
-        drain_503 = stopper["last"]["503"] - state["before"][STOPPED]["503"]
+        drain_503 = self.stopper["last"]["503"] - self.before[STOPPED]["503"]
         assert drain_503 <= refused[(REPLICAS[STOPPED], "503")], (drain_503, refused)
         return (
             f"nginx: {retried} request(s) retried on another replica after {dict(refused) or 'no'} refusal(s) "
             f"by {STOPPED} ({drain_503} drain 503s in its /metrics); every other attempt 200"
         )
 
+    def checks(self) -> int:
+        """Each step once the steps it reads from have succeeded; 1 if any failed."""
+        checks = Checks()
+        checks.run("scale profile up: 3 servers + nginx", self.start)
+        if self.before:
+            checks.run(f"{REQUESTS} mixed requests through nginx, {STOPPED} stopped mid-load", self.load)
+            checks.run(f"{STOPPED} drains and exits 0", self.stopped_cleanly)
+            if self.load_run is not None and "exit" in self.stopper:
+                checks.run("requests spread over all replicas", self.spread)
+                checks.run("nginx log matches the replicas' metrics", self.nginx_agrees)
+        return checks.finish()
+
+
+def attempts_by_port(
+    entries: list[tuple[str, list[tuple[int, str]]]],
+) -> tuple[Counter[int], Counter[tuple[int, str]], int]:
+    """From nginx's log of upstreams: the final (200) attempts by port, the refused attempts by (port,
+    status), and how many requests were retried. Only the stopped replica may refuse: its drain 503, or
+    its connection closing at exit."""
+    final: Counter[int] = Counter()
+    refused: Counter[tuple[int, str]] = Counter()
+    retried = 0
+    for request, attempts in entries:
+        assert request.endswith(" 200"), f"nginx answered {request}"
+        *earlier, (port, status) = attempts
+        assert status == "200", (request, attempts)
+        final[port] += 1
+        retried += bool(earlier)
+        for port_refused, status_refused in earlier:
+            assert port_refused == REPLICAS[STOPPED] and status_refused in ("503", "502"), (request, attempts)
+            refused[(port_refused, status_refused)] += 1
+    return final, refused, retried
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--project", default="tsdeploy")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running afterwards")
+    args = parser.parse_args()
+    deployment = Deployment(args.project)
     try:
-        checks.run("scale profile up: 3 servers + nginx", start)
-        if "before" in state:
-            checks.run(f"{REQUESTS} mixed requests through nginx, {STOPPED} stopped mid-load", load)
-            checks.run(f"{STOPPED} drains and exits 0", stopped_cleanly)
-            if "load" in state and "exit" in stopper:
-                checks.run("requests spread over all replicas", spread)
-                checks.run("nginx log matches the replicas' metrics", nginx_agrees)
-        rc = checks.finish()
+        rc = ScaleRun(deployment).checks()
         if rc:
             print(deployment.compose("logs", "--no-color", "--tail", "40", capture=True), file=sys.stderr)
     finally:

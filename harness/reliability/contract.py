@@ -25,7 +25,7 @@ SCHEMATHESIS_CHECKS = "all"
 
 
 # What the OpenAPI document cannot state, because it depends on tokenizing the text: the descriptions say so
-# and a 422 answers it (service/api/openapi_limits.py). A schema-valid request refused for one of these is
+# and a 422 answers it (service/api/docs/openapi_limits.py). A schema-valid request refused for one of these is
 # the documented behaviour, counted apart; any other refusal of schema-valid data fails the check.
 TOKEN_DEPENDENT_LIMITS = (
     "attention maps are limited to",  # tokens in and out of a request asking for its attention maps

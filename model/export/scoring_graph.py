@@ -1,4 +1,4 @@
-"""Builds the server's scoring head, service/engine/top_logprobs.onnx: a row-wise log-softmax over the
+"""Builds the server's scoring head, service/runtime/scoring_head.onnx: a row-wise log-softmax over the
 vocabulary and the k best tokens of each row (ONNX TopK: best first, ties to the lower token id), as one
 ONNX Runtime call. Beam search ranks those candidates instead of sorting [rows, vocab] in numpy.
 
@@ -8,7 +8,7 @@ committed file is what this builds. `append_head` puts the same two nodes at the
 translator decoder (its optional ``top_logprobs``/``top_ids`` outputs), so a beam step fetches [rows, k]
 instead of copying out [rows, vocab] logits and calling this graph.
 
-    python -m model.export.scoring_graph        # rewrites service/engine/top_logprobs.onnx
+    python -m model.export.scoring_graph        # rewrites service/runtime/scoring_head.onnx
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
 
-PATH = Path(__file__).resolve().parents[2] / "service" / "engine" / "top_logprobs.onnx"
+PATH = Path(__file__).resolve().parents[2] / "service" / "runtime" / "scoring_head.onnx"
 OPSET = 20
 HEAD_OUTPUTS = (TOP_LOGPROBS, TOP_IDS)
 _PREFIX = "top_k_head."  # names of the appended head's tensors

@@ -1,6 +1,6 @@
 """A decoder checkpoint's ``generation_config.json``: end tokens and default sampling settings.
 
-What the engine does (several end tokens, the sampling settings of service/engine/sampling.py, a default
+What the engine does (several end tokens, the sampling settings of service/engine/tokens/sampling.py, a default
 ``max_new_tokens``) is taken over; a setting that would change the outputs and that the engine does not
 do (multi-token ``bad_words_ids``, beam search, n-gram blocking, ...) is a CheckpointError that names it, never
 silently dropped. Settings that do not change the tokens (``use_cache``, output flags) are ignored.
@@ -17,7 +17,7 @@ from model.families.base import CheckpointError
 from model.network.config import GeneratorConfig, TranslatorConfig
 
 FILE = "generation_config.json"
-# generation_config.json key -> the served default it becomes (service/engine/sampling.py names).
+# generation_config.json key -> the served default it becomes (service/engine/tokens/sampling.py names).
 SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                  "repetition_penalty": "repetition_penalty"}
 # Keys that change the outputs and are not built, with the value that means "off".

@@ -132,7 +132,7 @@ def beam_search(
 ) -> list[Hypothesis]:
     """Beam search for ONE source sentence (src_ids [1, S]); beams are batch rows.
 
-    The server's rule (``service/engine/beam_search.py`` states it; a test checks both agree):
+    The server's rule (``service/engine/tasks/translation/beam_search.py`` states it; a test checks both agree):
     candidates are the live beams' summed float32 log-softmax plus each token's, n-gram repeats at
     -inf; of the 2 * num_beams best, an end token ranked within the top num_beams finishes its
     hypothesis (score = log_prob / length ** length_penalty, the end token counted), a lower-ranked

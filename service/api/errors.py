@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.allow import allowed_methods
+from service.api.asgi.allow import allowed_methods
 from service.engine.errors import (
     EngineError,
     InferenceFailed,
@@ -140,7 +140,7 @@ def field_path(loc: Sequence[int | str]) -> str:
 
 def _validation_response(exc: RequestValidationError) -> JSONResponse:
     every = exc.errors()
-    # The first MAX_ERRORS only, and their number: the schemas keep it small (service/api/schemas.py), and
+    # The first MAX_ERRORS only, and their number: the schemas keep it small (service/api/native/schemas.py), and
     # this keeps a body that still makes thousands of errors from formatting and sending them all.
     errors = list(islice(every, MAX_ERRORS))
     if any(e.get("type") == "json_invalid" for e in errors):

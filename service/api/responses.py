@@ -3,7 +3,7 @@ keep being answered, on one thread of their own (one at a time, and their big al
 arena rather than one per pool thread, each keeping its own freed top). Each map arrives as its JSON text
 (service/engine/attention.py): the serializers write a placeholder for it and the text is put in its place,
 so no map becomes millions of Python floats on the way out. The heap goes back to the OS after a burst
-(service/api/budget.py)."""
+(service/api/asgi/budget.py)."""
 
 from __future__ import annotations
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from service.engine.sampling import DEFAULTABLE, SamplingParams
-from service.engine.translation import TranslationParams
+from service.engine.tasks.translation.decoding import TranslationParams
+from service.engine.tokens.sampling import DEFAULTABLE, SamplingParams
 
 if TYPE_CHECKING:
-    from service.api.openai_schemas import OpenAISampling
-    from service.api.schemas import GenerateRequest, TranslateRequest
-    from service.api.tgi_schemas import TgiParameters
+    from service.api.native.schemas import GenerateRequest, TranslateRequest
+    from service.api.openai.schemas import OpenAISampling
+    from service.api.tgi.schemas import TgiParameters
 
 # The TranslationParams fields that /v1/translate's request carries as they are; sampling and stop are built.
 TRANSLATION_AS_GIVEN = frozenset(

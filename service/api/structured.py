@@ -1,5 +1,5 @@
 """Structured outputs: the request fields that constrain what a generator may write, in each protocol's
-spelling, mapped onto one engine `Constraint` (service/engine/constraints.py):
+spelling, mapped onto one engine `Constraint` (service/engine/tasks/generation/constraints.py):
 
 - OpenAI's `response_format`: `{"type": "json_object"}`, `{"type": "json_schema", "json_schema": {"name",
   "schema", "strict"}}` (and TGI's chat spelling, `{"type": "json_object" | "json", "value": schema}`);
@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.api.errors import FieldError
-from service.api.schemas import Request, bounded
-from service.engine.constraints import Constraint, Kind
+from service.api.native.schemas import Request, bounded
+from service.engine.tasks.generation.constraints import Constraint, Kind
 
 MAX_CHOICES = 1024
 OTHER_KINDS: dict[str, Kind] = {"regex": "regex", "choice": "choice", "grammar": "grammar"}

@@ -2,7 +2,7 @@
 reserves its share before any work, or is refused with a 429 (retry later) while others hold the budget,
 and gives it back when its response has been sent.
 
-The API layer opens one `Lease` per HTTP request (service/api/budget.py) and makes it current; the engine's
+The API layer opens one `Lease` per HTTP request (service/api/asgi/budget.py) and makes it current; the engine's
 checks reserve from the current lease (`reserve`). With no lease (the engine driven directly: warm-up,
 tests) nothing is counted."""
 

@@ -15,16 +15,16 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from contract.kinds import KINDS
 from contract.weights_package import WeightsPackageError
-from service.engine.classification import ClassificationJob, ClassificationService
-from service.engine.embedding import EmbeddingJob, EmbeddingService
 from service.engine.errors import ModelNotLoaded, Unavailable
-from service.engine.generation_service import GenerationHandle, GenerationJob, GenerationService
 from service.engine.handle import Handle
 from service.engine.heap_trim import TRIM_AVAILABLE, IdleTrim, hold_freed_memory
 from service.engine.metrics import Metrics
 from service.engine.scheduling import Scheduler
 from service.engine.task_service import ThreadWork, TokenizerWork
-from service.engine.translation_service import TranslationJob, TranslationService
+from service.engine.tasks.classification.service import ClassificationJob, ClassificationService
+from service.engine.tasks.embedding.service import EmbeddingJob, EmbeddingService
+from service.engine.tasks.generation.service import GenerationHandle, GenerationJob, GenerationService
+from service.engine.tasks.translation.service import TranslationJob, TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.cpu_limit import cpu_limit

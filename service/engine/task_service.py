@@ -32,7 +32,7 @@ LARGE_TOKENIZE_CHARS = 65_536
 
 
 class TokenizerWork(Protocol):
-    """Where long texts are tokenized: the API's bounded worker slots (service/api/worker_slots.py), which
+    """Where long texts are tokenized: the API's bounded worker slots (service/api/asgi/worker_slots.py), which
     /tokenize shares; a plain worker thread where the engine is driven directly (warm-up, tests)."""
 
     async def run(self, fn: Callable[[], T], large: bool = False) -> T: ...

@@ -11,9 +11,9 @@ from typing import Any
 
 from service.engine.engine import Engine
 from service.engine.errors import EngineError, InferenceFailed
-from service.engine.generation_service import GenerationService
 from service.engine.handle import Handle
 from service.engine.sequence import Sequence
+from service.engine.tasks.generation.service import GenerationService
 from service.multiprocess.wire import CANCEL, EVENT, FAILED, SCORE, SCORED, STATE, SUBMIT, UNSCORE, Link, Message
 
 log = logging.getLogger(__name__)

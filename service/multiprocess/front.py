@@ -18,10 +18,10 @@ from typing import Any, TypeVar, overload
 
 from service.engine.engine import Engine
 from service.engine.errors import EngineError, Unavailable
-from service.engine.generation_service import GenerationService
 from service.engine.handle import Handle
-from service.engine.scoring import TokenScore
 from service.engine.sequence import Sequence
+from service.engine.tasks.generation.scoring import TokenScore
+from service.engine.tasks.generation.service import GenerationService
 from service.multiprocess.wire import CANCEL, EVENT, FAILED, SCORE, SCORED, STATE, SUBMIT, UNSCORE, Link, Message
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, 
 
 FORMAT_VERSION = 1
 # config.json "generation_defaults": a generator's defaults (SamplingParams names, and max_new_tokens), each
-# with the range a request's own value must be in (service/api/schemas.py), so that a default that fills an
+# with the range a request's own value must be in (service/api/native/schemas.py), so that a default that fills an
 # omitted field is never one a request could not send: (type, lowest, highest, lowest allowed).
 GENERATION_DEFAULTS: dict[str, tuple[type, float, float, bool]] = {
     "temperature": (float, 0.0, 10.0, True),

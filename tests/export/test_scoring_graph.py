@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.sampling import log_softmax
-from service.engine.top_logprobs import GRAPH, TopLogprobs
+from service.engine.tokens.sampling import log_softmax
+from service.runtime.scoring_head import GRAPH, TopLogprobs
 
 
 def test_the_committed_graph_is_what_the_builder_builds() -> None:

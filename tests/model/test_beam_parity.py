@@ -11,7 +11,7 @@ import torch
 from model.network.decoding import beam_search
 from model.training.checkpoint import weights_from_artifact
 from service.engine.metrics import Metrics
-from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence
+from service.engine.tasks.translation.decoding import TranslationModel, TranslationParams, TranslationSequence
 from service.runtime.artifact import load_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions
 

@@ -198,7 +198,7 @@ async def test_tools_with_tool_choice_none_are_accepted(chat: Any) -> None:
 async def test_a_template_that_refuses_is_a_422(chat: Any) -> None:
     # ChatML concatenates content: a message whose content the template cannot add (none) is refused.
     generator = chat.engine.services["chat"]
-    from service.engine.chat_template import ChatTemplate
+    from service.engine.tasks.generation.chat_template import ChatTemplate
     from service.runtime.chat_template_spec import ChatTemplateSpec
 
     spec = ChatTemplateSpec("{{ raise_exception('only one user turn, please') }}", Path("t.jinja"))

@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from service.api.schemas import MAX_EMBEDDING_INPUTS
-from service.api.tei import MAX_CLIENT_BATCH_SIZE
+from service.api.native.schemas import MAX_EMBEDDING_INPUTS
+from service.api.tei.routes import MAX_CLIENT_BATCH_SIZE
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 

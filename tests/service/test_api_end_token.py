@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from service.engine import generation
-from service.engine.chooser import Choice
+from service.engine.tasks.generation import decoding as generation
+from service.engine.tokens.chooser import Choice
 from tests.service.sse_events import events
 
 

@@ -3,7 +3,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from service.engine.streaming import REPLACEMENT
+from service.engine.tokens.streaming import REPLACEMENT
 from tests.service.sse_events import events
 
 

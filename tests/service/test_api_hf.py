@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from huggingface_hub import InferenceClient
 
-from service.api.hf import ClassificationParameters, TranslationParameters
-from service.api.hf_embeddings import FeatureExtractionOptions
-from service.api.hf_tasks import PARAMETERS, served_tasks
-from service.api.tgi_schemas import TgiParameters
+from service.api.hf.embeddings import FeatureExtractionOptions
+from service.api.hf.routes import ClassificationParameters, TranslationParameters
+from service.api.hf.tasks import PARAMETERS, served_tasks
+from service.api.tgi.schemas import TgiParameters
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 

@@ -1,4 +1,4 @@
-"""The hot routes' short handler (service/api/lean_route.py) answers exactly as FastAPI's own does, and the
+"""The hot routes' short handler (service/api/asgi/lean_route.py) answers exactly as FastAPI's own does, and the
 routes added one by one (service/api/routes.py) document and serve as include_router's."""
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.dependencies.utils import solve_dependencies
 from pydantic import BaseModel, Field
 
-from service.api import chat, classify, completions, embeddings, generate, health, tei, tgi, translate
+from service.api.asgi.lean_route import LeanRoute, _lean_shape
 from service.api.deps import EngineDep, get_engine
-from service.api.lean_route import LeanRoute, _lean_shape
+from service.api.native import classify, generate, health, translate
+from service.api.openai import chat, completions, embeddings
 from service.api.routes import add_routes
+from service.api.tei import routes as tei
+from service.api.tgi import routes as tgi
 from service.app import ERRORS, create_app
 from service.settings import Settings
 

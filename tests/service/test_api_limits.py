@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from service.api.asgi.worker_slots import WorkerSlots
 from service.api.errors import ApiError
-from service.api.tokenizer import tokenizer_slots
-from service.api.worker_slots import WorkerSlots
+from service.api.tokenizer.routes import tokenizer_slots
 from tests.service.conftest import Served
 
 

@@ -1,6 +1,6 @@
 """List bombs: a body under the size limit holding 100,000 items (or unknown fields, or logit-bias entries) is
 refused at once with a 422 that names the field and the limit, lists a bounded number of errors, and a large
-body is parsed and validated off the event loop (service/api/lean_route.py)."""
+body is parsed and validated off the event loop (service/api/asgi/lean_route.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
+from service.api.asgi.lean_route import LARGE_BODY_BYTES, LeanRoute
 from service.api.deps import EngineDep
 from service.api.errors import MAX_ERRORS, _validation_response, install_error_handlers
-from service.api.lean_route import LARGE_BODY_BYTES, LeanRoute
-from service.api.schemas import MAX_ITEMS, Lenient
-from service.api.schemas import Request as StrictRequest
+from service.api.native.schemas import MAX_ITEMS, Lenient
+from service.api.native.schemas import Request as StrictRequest
 from service.app import create_app
 from service.settings import Settings
 

@@ -201,8 +201,8 @@ async def test_prompts_fed_in_chunks_beside_a_running_batch_match_transformers(
 ) -> None:
     """With a 2-token chunk budget, prompts that join a decoding batch are prefilled two tokens at most per
     step into the grouped-query cache: still transformers' greedy tokens."""
-    from service.engine.generation import GenerationParams
-    from service.engine.sampling import SamplingParams
+    from service.engine.tasks.generation.decoding import GenerationParams
+    from service.engine.tokens.sampling import SamplingParams
 
     artifact = hf_decoder_imports / "artifacts" / "qwen2"
     model, tok = reference(hf_decoder_imports, "qwen2"), tokenizer(hf_decoder_imports, "qwen2")

@@ -16,10 +16,10 @@ from jsonschema_rs import canonical
 
 from contract.cards import no_use_summary, use_summary
 from contract.kinds import TASKS
-from service.api.openapi import TASK_LINES, TASK_ROUTES
-from service.api.openapi_limits import decimal_at_most
-from service.api.schemas import MAX_SEED, NOT_BLANK
-from service.engine.sampling import new_seed
+from service.api.docs.openapi import TASK_LINES, TASK_ROUTES
+from service.api.docs.openapi_limits import decimal_at_most
+from service.api.native.schemas import MAX_SEED, NOT_BLANK
+from service.engine.tokens.sampling import new_seed
 from tests.conftest import REAL_ARTIFACTS
 
 JS_SAFE = 2**53 - 1  # Number.MAX_SAFE_INTEGER: a bound above it is shown and sent rounded by /docs
@@ -259,7 +259,7 @@ def test_dispatch_routes_state_their_bodies(served) -> None:
         assert isinstance(ref, str), ref
         return ref
 
-    assert body("/").endswith("/RootTgiRequest")  # TGI's, naming its task (service/api/hf_tasks.py)
+    assert body("/").endswith("/RootTgiRequest")  # TGI's, naming its task (service/api/hf/tasks.py)
     assert "/models/{name}" not in paths
     assert body("/models/generator").endswith("/TgiRequest")
     assert body("/models/translator").endswith("/TranslationRequest")

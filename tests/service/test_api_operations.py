@@ -6,8 +6,8 @@ import logging
 import re
 from pathlib import Path
 
-from service.api.openai_common import FINISH as OPENAI_FINISH
-from service.api.tgi_schemas import FINISH as TGI_FINISH
+from service.api.openai.common import FINISH as OPENAI_FINISH
+from service.api.tgi.schemas import FINISH as TGI_FINISH
 from service.engine.metrics import finished_reason
 from service.logs import JsonFormatter, RequestIdFilter
 from service.request_context import REQUEST_ID

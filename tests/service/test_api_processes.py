@@ -20,11 +20,11 @@ import httpx
 import pytest
 
 from service.app import create_app
-from service.engine.classification import ClassificationSequence, ClassifyItem
 from service.engine.engine import Engine
-from service.engine.generation import TokenEvent
-from service.engine.generation_service import GenerationJob
 from service.engine.handle import Handle
+from service.engine.tasks.classification.service import ClassificationSequence, ClassifyItem
+from service.engine.tasks.generation.decoding import TokenEvent
+from service.engine.tasks.generation.service import GenerationJob
 from service.multiprocess.core import FrontEnd
 from service.multiprocess.front import GONE, attach_front
 from service.multiprocess.wire import Link, Message, frame

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from service.api.security_headers import DATA_CSP
+from service.api.asgi.security_headers import DATA_CSP
 
 PAGES = ("/docs", "/redoc", "/playground")
 

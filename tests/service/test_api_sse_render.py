@@ -4,9 +4,9 @@ import json
 import math
 from typing import Any
 
-from service.api.generate import _event, token_data, token_model
+from service.api.native.generate import _event, token_data, token_model
 from service.api.sse import sse
-from service.engine.generation import TokenEvent, TopLogprob
+from service.engine.tasks.generation.decoding import TokenEvent, TopLogprob
 
 TEXTS = [
     "plain",

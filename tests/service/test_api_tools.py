@@ -17,8 +17,8 @@ from typing import Any, cast
 import jsonschema
 import pytest
 
-from service.api.tool_calls import FORMATS, HermesFormat, Llama3JsonFormat, ParsedCall, ToolStream, tool_format
-from service.engine.chat_template import ChatTemplate
+from service.api.openai.tool_calls import FORMATS, HermesFormat, Llama3JsonFormat, ParsedCall, ToolStream, tool_format
+from service.engine.tasks.generation.chat_template import ChatTemplate
 from service.runtime.chat_template_spec import ChatTemplateSpec
 from tests.chat_templates import CHATML, HERMES_TOOLS, LLAMA3
 from tests.service.test_api_chat import assert_openai_error, chunks
@@ -228,8 +228,8 @@ def test_qwen_style_template_renders_tools_and_tool_messages_as_transformers() -
                                       add_generation_prompt=True, tokenize=False)
     ours = ChatTemplate(ChatTemplateSpec(HERMES_TOOLS, Path("chat_template.jinja"), dict(hf.special_tokens_map)))
     try:
-        from service.api.chat import template_messages
-        from service.api.chat_schemas import ChatCompletionRequest
+        from service.api.openai.chat import template_messages
+        from service.api.openai.chat_schemas import ChatCompletionRequest
 
         body = ChatCompletionRequest.model_validate({"messages": CONVERSATION, "tools": TOOLS})
         rendered = ours.render(template_messages(body.messages), [t.template_form() for t in body.tools or []])

@@ -11,8 +11,8 @@ import pytest
 
 from model.families.base import CheckpointError
 from model.importing.hf_chat_template import find_chat_template, template_tokens
-from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
+from service.engine.tasks.generation.chat_template import ChatTemplate
 from service.runtime.artifact import ArtifactError
 from service.runtime.chat_template_spec import ChatTemplateSpec
 from tests.chat_templates import ALTERNATING, TEMPLATES

@@ -1,4 +1,5 @@
-"""Chat templates are untrusted code bounded in time, memory and size (service/engine/template_sandbox.py):
+"""Chat templates are untrusted code bounded in time, memory and size
+(service/engine/tasks/generation/template_sandbox.py):
 templates that loop, fold huge constants or build huge strings are refused when loaded and when imported, a
 template that goes past a bound on one request's messages answers that request a 422, and the sandbox goes on
 serving the next request."""
@@ -13,8 +14,8 @@ import pytest
 
 from model.families.base import CheckpointError
 from scripts.import_checkpoint import check_chat_template
-from service.engine.chat_template import ChatTemplate
 from service.engine.errors import InvalidInput
+from service.engine.tasks.generation.chat_template import ChatTemplate
 from service.runtime.artifact import ArtifactError
 from service.runtime.chat_template_spec import ChatTemplateSpec
 

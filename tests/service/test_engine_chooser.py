@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from service.engine.chooser import ChooserRows, choose, uniforms
-from service.engine.sampling import SamplingParams, log_softmax
+from service.engine.tokens.chooser import ChooserRows, choose, uniforms
+from service.engine.tokens.sampling import SamplingParams, log_softmax
 
 V = 50
 

@@ -2,7 +2,7 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.classification import ClassificationJob, ClassifyInput
+from service.engine.tasks.classification.service import ClassificationJob, ClassifyInput
 
 INPUTS: list[ClassifyInput] = [
     "The movie was wonderful.",

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.generation import GenerationParams, GenerationResult
-from service.engine.generation_service import GenerationService
-from service.engine.sampling import SamplingParams
+from service.engine.tasks.generation.decoding import GenerationParams, GenerationResult
+from service.engine.tasks.generation.service import GenerationService
+from service.engine.tokens.sampling import SamplingParams
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 

@@ -14,9 +14,9 @@ import pytest
 
 from service.engine.cache.prefix import BLOCK, PrefixCache
 from service.engine.cache.slots import SlotBuffers, bytes_per_token
-from service.engine.generation import GenerationParams, GenerationResult
-from service.engine.generation_service import GenerationService
-from service.engine.sampling import SamplingParams
+from service.engine.tasks.generation.decoding import GenerationParams, GenerationResult
+from service.engine.tasks.generation.service import GenerationService
+from service.engine.tokens.sampling import SamplingParams
 from service.settings import Settings
 from tests.service.conftest import Served, serve
 

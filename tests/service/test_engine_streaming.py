@@ -2,7 +2,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.engine.streaming import REPLACEMENT, IncrementalDecoder, TextStream
+from service.engine.tokens.streaming import REPLACEMENT, IncrementalDecoder, TextStream
 
 TEXT = "Déjà vu: 東京 🙂 naïve café « bien sûr » 👩‍🔬!"
 

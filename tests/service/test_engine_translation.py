@@ -4,15 +4,15 @@ import asyncio
 import dataclasses
 import itertools
 
-from service.engine.beam_search import banned_ngram_tokens
-from service.engine.generation import GenerationParams
-from service.engine.sampling import SamplingParams
-from service.engine.translation import (
+from service.engine.tasks.generation.decoding import GenerationParams
+from service.engine.tasks.translation.beam_search import banned_ngram_tokens
+from service.engine.tasks.translation.decoding import (
     TranslationParams,
     TranslationPiece,
     TranslationResult,
 )
-from service.engine.translation_service import TranslationJob, TranslationService
+from service.engine.tasks.translation.service import TranslationJob, TranslationService
+from service.engine.tokens.sampling import SamplingParams
 
 TEXTS = ["In the beginning God created the heavens.", "A dull story.", "Fellow citizens, café 東京!", "Hi"]
 

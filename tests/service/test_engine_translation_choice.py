@@ -4,9 +4,9 @@ token outside the output, and metrics that count output tokens rather than beam 
 import asyncio
 import dataclasses
 
-from service.engine.sampling import SamplingParams
-from service.engine.translation import TranslationParams, TranslationPiece, TranslationResult
-from service.engine.translation_service import TranslationJob, TranslationService
+from service.engine.tasks.translation.decoding import TranslationParams, TranslationPiece, TranslationResult
+from service.engine.tasks.translation.service import TranslationJob, TranslationService
+from service.engine.tokens.sampling import SamplingParams
 
 TEXT = "In the beginning God created the heavens."
 

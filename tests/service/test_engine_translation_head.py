@@ -17,9 +17,9 @@ import pytest
 
 from contract.kinds import DECODER, ENCODER
 from contract.names import LOGITS, TOP_IDS, TOP_K, TOP_LOGPROBS
-from service.engine import translation
 from service.engine.metrics import Metrics
-from service.engine.translation import TranslationModel, TranslationParams, TranslationSequence
+from service.engine.tasks.translation import decoding as translation
+from service.engine.tasks.translation.decoding import TranslationModel, TranslationParams, TranslationSequence
 from service.runtime.artifact import ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.sessions import GraphSession, RuntimeOptions

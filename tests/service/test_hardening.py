@@ -14,10 +14,10 @@ import pytest
 
 from service.app import cut_off
 from service.engine import attention
-from service.engine.classification import ClassifyItem
 from service.engine.engine import Engine
-from service.engine.generation import GenerationParams
-from service.engine.translation import TranslationParams, TranslationSequence
+from service.engine.tasks.classification.service import ClassifyItem
+from service.engine.tasks.generation.decoding import GenerationParams
+from service.engine.tasks.translation.decoding import TranslationParams, TranslationSequence
 from service.runtime.artifact import ArtifactError
 from tests.service.sse_events import events
 

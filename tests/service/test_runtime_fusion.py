@@ -10,10 +10,10 @@ import onnx
 import pytest
 
 from contract.names import ATTENTIONS, PAST, PRESENT, kv_names, layer_names
-from service.engine.generation import GenerationParams
-from service.engine.sampling import SamplingParams
-from service.engine.translation_service import TranslationJob
-from service.engine.translation_types import TranslationParams
+from service.engine.tasks.generation.decoding import GenerationParams
+from service.engine.tasks.translation.request import TranslationParams
+from service.engine.tasks.translation.service import TranslationJob
+from service.engine.tokens.sampling import SamplingParams
 from service.runtime.artifact import load_artifact
 from service.runtime.fusion import fuse_attention
 from service.runtime.sessions import GraphSession, RuntimeOptions
@@ -113,7 +113,7 @@ def test_fused_encoder_computes_what_the_exported_graph_does(tiny_artifacts: Pat
 
 
 def test_a_graph_without_attention_is_left_alone() -> None:
-    from service.engine.top_logprobs import GRAPH
+    from service.runtime.scoring_head import GRAPH
 
     assert fuse_attention(onnx.load(str(GRAPH))) is None
 

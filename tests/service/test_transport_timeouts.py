@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.tracing import RequestContextMiddleware
+from service.api.asgi.tracing import RequestContextMiddleware
 from service.http_protocol import TimeoutProtocol, timeout_protocol
 from service.logs import RequestIdFilter
 from service.server import server_config

@@ -1,0 +1,1 @@
+"""The ASGI plumbing under every protocol: middleware, authentication, budgets, headers, worker slots."""

@@ -1,0 +1,1 @@
+"""The documentation routes: /docs, /redoc, the OpenAPI document and the playground."""

@@ -1,0 +1,1 @@
+"""Hugging Face's Inference API: POST / and /models/{name}, by task."""

@@ -1,0 +1,1 @@
+"""OpenAI's protocol: completions, chat completions, embeddings and models."""

@@ -1,0 +1,1 @@
+"""Text Embeddings Inference's protocol: /embed and /rerank."""

@@ -1,0 +1,1 @@
+"""Text Generation Inference's protocol: /generate and /generate_stream."""

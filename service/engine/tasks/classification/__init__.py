@@ -1,0 +1,1 @@
+"""Classification: encoder models with a classification head (and rerankers, one label)."""

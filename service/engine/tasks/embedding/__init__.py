@@ -1,0 +1,1 @@
+"""Embeddings: encoder models pooled to one vector per text."""

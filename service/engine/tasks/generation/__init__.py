@@ -1,0 +1,1 @@
+"""Text generation: decoder-only models, prompts, chat templates, constraints, scoring."""

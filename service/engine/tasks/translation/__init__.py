@@ -1,0 +1,1 @@
+"""Translation: encoder-decoder models, greedy, sampled or beam search, streamed or whole."""

@@ -1,0 +1,1 @@
+"""What every decoding task shares: choosing tokens (sampling, constraints), stopping and streaming them."""
