@@ -9,7 +9,7 @@ model/ builds, trains and exports one, and the default folder (served) name of i
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contract.names import (
     GraphIO,
@@ -55,12 +55,29 @@ class Task:
     pipeline_tag: str  # the Hugging Face pipeline tag (/api/models)
     io: Callable[[str, Dims, bool, bool], GraphIO]
     cache_dim: str | None  # the dims key counting the layers that carry a KV cache
-    labels: bool = False  # config.json names the output classes ("labels")
+    # config.json names the output classes ("labels"); the graph's logits score them (one each), not the vocabulary
+    labels: bool = False
     text_pairs: bool = False  # a request item may be a pair of texts (NLI, a cross-encoder's query and text)
+    # The graph pools the encoder's hidden states into one vector per text (config.json "pooling", "normalize",
+    # "dimensions_truncatable").
+    pooled: bool = False
+    # The special tokens the tokenizer frames a text the encoder reads with: role -> its position in the
+    # encoding (0: the first token, -1: the last).
+    encoding_frame: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def roles(self) -> tuple[str, ...]:
         return tuple(self.role_layers)
+
+    @property
+    def one_step(self) -> bool:
+        """One encoder run answers a request (no decoder stepping token by token)."""
+        return DECODER not in self.role_layers
+
+    @property
+    def cross_attention(self) -> bool:
+        """The decoder attends to an encoder's output (its cross-attention keys and values are inputs)."""
+        return ENCODER in self.role_layers and DECODER in self.role_layers
 
     @property
     def layer_dims(self) -> tuple[str, ...]:
@@ -84,7 +101,7 @@ class Task:
 
 TRANSLATION = Task(
     "translation", "encoder-decoder", {ENCODER: "n_encoder_layers", DECODER: "n_decoder_layers"},
-    ("pad", "bos", "eos"), "translation", _translation_io, "n_decoder_layers",
+    ("pad", "bos", "eos"), "translation", _translation_io, "n_decoder_layers", encoding_frame={"eos": -1},
 )
 GENERATION = Task(
     "generation", "decoder-only", {DECODER: "n_layers"}, ("pad", "bos", "eos"), "text-generation", _generation_io,
@@ -92,13 +109,14 @@ GENERATION = Task(
 )
 CLASSIFICATION = Task(
     "classification", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "text-classification",
-    _classification_io, None, labels=True, text_pairs=True,
+    _classification_io, None, labels=True, text_pairs=True, encoding_frame={"cls": 0, "sep": -1},
 )
 # Sentence embeddings: the encoder's hidden states pooled in the graph (config.json "pooling": mean, cls,
 # max or lasttoken); the server normalises them when the request (or config.json "normalize") asks.
 POOLING_MODES = ("mean", "cls", "max", "lasttoken")  # config.json "pooling", as sentence-transformers names them
 EMBEDDING = Task(
     "embedding", "encoder", {ENCODER: "n_layers"}, ("pad", "cls", "sep"), "feature-extraction", _embedding_io, None,
+    pooled=True, encoding_frame={"cls": 0, "sep": -1},
 )
 TASKS: dict[str, Task] = {t.name: t for t in (TRANSLATION, GENERATION, CLASSIFICATION, EMBEDDING)}
 

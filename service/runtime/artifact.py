@@ -10,7 +10,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from contract.golden import GOLDEN_FILE, load_served_tokenizer, read_golden
-from contract.kinds import CLASSIFICATION, POOLING_MODES, TASKS, Task
+from contract.kinds import POOLING_MODES, TASKS, Task
 from contract.names import IN_PLACE_AXIS, LOGITS_TO_KEEP, PAST, TOP_IDS, TOP_K, TOP_LOGPROBS, TensorSpec
 from contract.weights_package import WEIGHTS_PACKAGE, WeightsPackage, parse_weights_package
 from service.runtime.chat_template_spec import CHAT_TEMPLATE, ChatTemplateSpec, parse_chat_template
@@ -246,7 +246,7 @@ def load_artifact(folder: Path) -> Artifact:
         if not isinstance(specials.get(key), int):
             raise ArtifactError(f"{where}: special_tokens.{key} is required for {contract.name}")
     labels: tuple[str, ...] = ()
-    if contract is CLASSIFICATION:
+    if contract.labels:
         labels = tuple(_require(data, "labels", list, where))
         if not labels:
             raise ArtifactError(f"{where}: labels must not be empty")

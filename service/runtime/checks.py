@@ -30,7 +30,7 @@ from contract.golden import (
     output_difference,
     tokenizer_difference,
 )
-from contract.kinds import CLASSIFICATION, DECODER, EMBEDDING, ENCODER, TRANSLATION
+from contract.kinds import DECODER, ENCODER
 from contract.names import (
     ATTENTION_MASK,
     ATTENTION_PREFIXES,
@@ -101,9 +101,9 @@ def _config_fields(artifact: Artifact) -> dict[str, Any]:
         "special_tokens": artifact.special_tokens,
         "dims": artifact.dims,
     }
-    if artifact.contract is CLASSIFICATION:
+    if artifact.contract.labels:
         fields["labels"] = list(artifact.labels)
-    if artifact.contract is EMBEDDING:
+    if artifact.contract.pooled:
         fields |= {
             "pooling": artifact.pooling,
             "normalize": artifact.normalize,
@@ -184,7 +184,7 @@ def _expected_dims(artifact: Artifact, name: str, rank: int) -> dict[int, tuple[
         return {1: (artifact.n_kv_heads, heads), 3: (artifact.d_head, "dims.d_head")}
     if name.startswith(ATTENTION_PREFIXES) and rank == 4:
         return {1: (artifact.n_heads, "dims.n_heads")}
-    if name == LOGITS and artifact.contract is CLASSIFICATION:
+    if name == LOGITS and artifact.contract.labels:
         return {rank - 1: (len(artifact.labels), "labels")}
     if name == EMBEDDINGS:
         return {rank - 1: (artifact.dims["d_model"], "dims.d_model")} if "d_model" in artifact.dims else {}
@@ -252,7 +252,7 @@ def _check_vocabulary(artifact: Artifact, tokenizer: Tokenizer) -> None:
 def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:
     """The special-token ids config.json states against what the tokenizer does with them, for artifacts
     without recorded goldens: the unknown token, and the framing the contract expects of an encoding
-    (a translator's source ends with eos; a classifier's input is cls ... sep)."""
+    (Task.encoding_frame: a translator's source ends with eos; a classifier's input is cls ... sep)."""
     specials = artifact.special_tokens
     expected: dict[str, tuple[int, int]] = {}  # role -> (position in the encoding, id there)
     unk_token = getattr(tokenizer.model, "unk_token", None)
@@ -260,10 +260,9 @@ def _check_special_tokens(artifact: Artifact, tokenizer: Tokenizer) -> None:
     if "unk" in specials and unk is not None:
         expected["unk"] = (-1, unk)  # not a position: the model's own unknown token
     ids = tokenizer.encode(SAMPLE_TEXTS[0]).ids
-    if ids and artifact.contract is TRANSLATION:
-        expected["eos"] = (len(ids) - 1, ids[-1])
-    if ids and artifact.contract in (CLASSIFICATION, EMBEDDING):
-        expected |= {"cls": (0, ids[0]), "sep": (len(ids) - 1, ids[-1])}
+    if ids:
+        frame = artifact.contract.encoding_frame
+        expected |= {role: (position % len(ids), ids[position]) for role, position in frame.items()}
     for role, (position, token_id) in expected.items():
         if specials.get(role, token_id) != token_id:
             where = "its unknown token" if position < 0 else f"position {position} of {SAMPLE_TEXTS[0]!r}"
@@ -299,7 +298,7 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
     last_id, positions = artifact.vocab_size - 1, artifact.max_positions
     vocab_claim = f"vocab_size {artifact.vocab_size}"
     length_claim = f"max_positions {positions}"
-    if artifact.contract in (CLASSIFICATION, EMBEDDING):
+    if artifact.contract.one_step:
         enc = sessions[ENCODER]
         n = min(positions, max_input_tokens)
         output = artifact.contract.graph_io(ENCODER, artifact.dims).outputs[0]
@@ -312,7 +311,7 @@ def _probe(artifact: Artifact, sessions: Mapping[str, GraphSession], max_input_t
     layers = artifact.n_decoder_layers
     dec = sessions[DECODER]
     cross: dict[str, np.ndarray] = {}
-    if artifact.contract is TRANSLATION:
+    if artifact.contract.cross_attention:
         enc = sessions[ENCODER]
         names = kv_names(CROSS, layers)
         n = min(positions, max_input_tokens)
