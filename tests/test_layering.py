@@ -61,6 +61,18 @@ def test_onnx_only_where_graphs_load() -> None:
             assert "onnx" not in roots(imports(path)), path
 
 
+def test_onnx_runtime_only_in_the_runtime_layer() -> None:
+    """Sessions, their options and OrtValues stay behind service/runtime/: the engine and the routes see
+    numpy arrays and the runtime's own types, so the runtime is the one place that knows ONNX Runtime."""
+    runtime = SERVICE / "runtime"
+    outside = [
+        str(path.relative_to(REPO))
+        for path in SERVICE.rglob("*.py")
+        if runtime not in path.parents and "onnxruntime" in roots(imports(path))
+    ]
+    assert not outside, outside
+
+
 def test_engine_never_imports_the_web_layer() -> None:
     for path in modules("engine"):
         found = imports(path)
