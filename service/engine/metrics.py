@@ -64,6 +64,7 @@ def _alive(pid: int) -> bool:
         return True
     return True
 
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -71,70 +72,14 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
-
-        # Most metrics are per model, and most histograms time something: those are the defaults.
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Counter:
-            return Counter(name, doc, labels, registry=r)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Gauge:
-            # Shared between processes, a gauge is the sum over the living ones (each sets its own part).
-            return Gauge(name, doc, labels, registry=r, multiprocess_mode="livesum")
-
-        def histogram(
-            name: str, doc: str, labels: tuple[str, ...] = ("model",), buckets: tuple[float, ...] = LATENCY_BUCKETS
-        ) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=r)
-
-        by_status = ("endpoint", "status")
-        self.requests = counter("serve_requests", "HTTP requests by endpoint and status.", by_status)
-        self.request_duration = histogram(
-            "serve_request_duration_seconds", "HTTP request duration by endpoint and status.", by_status
-        )
-        self.queue_time = histogram("serve_queue_time_seconds", "Time from admission to the first model run.")
-        self.batch_size = histogram(
-            "serve_batch_size",
-            "Rows per model run (phase prefill: newcomers, a classifier's whole run; decode: one step).",
-            ("model", "phase"),
-            BATCH_BUCKETS,
-        )
-        self.queue_depth = gauge("serve_queue_depth", "Requests waiting for a batch slot.")
-        self.running = gauge("serve_running_sequences", "Sequences prefilling or decoding (one per request item).")
-        self.running_rows = gauge("serve_running_rows", "Batch rows of the running sequences (beams count each).")
-        self.time_to_first_token = histogram("serve_time_to_first_token_seconds", "Admission to first generated token.")
-        self.inter_token_latency = histogram(
-            "serve_inter_token_latency_seconds",
-            "Time between consecutive tokens of one sequence.",
-            buckets=TOKEN_BUCKETS,
-        )
-        self.time_per_output_token = histogram(
-            "serve_time_per_output_token_seconds",
-            "Per finished generation: its decode time over its tokens after the first (vLLM's time_per_output_token).",
-            buckets=TOKEN_BUCKETS,
-        )
-        self.kv_cache_usage = gauge(
-            "serve_kv_cache_usage_perc",
-            "Share of SERVE_KV_CACHE_BYTES holding keys and values: running sequences' and the prefix store's (0-1).",
-        )
-        self.prefix_cache_queries = counter("serve_prefix_cache_queries", "Prompt tokens looked up in the prefix store")
-        self.prefix_cache_hits = counter("serve_prefix_cache_hits", "Prompt tokens found in the prefix store (reused).")
-        self.generated_tokens = counter("serve_generated_tokens", "Tokens generated.")
-        self.rejected = counter("serve_rejected", "Requests refused before running.", ("model", "reason"))
-        self.cancelled = counter("serve_cancelled", "Requests dropped after the client went away.")
-        self.inflight = gauge("serve_inflight_requests", "Inference requests being handled.", ())
-        # Per-request metrics named after vLLM's (vllm:e2e_request_latency_seconds, ...), with a model label.
-        self.prompt_tokens = counter("serve_prompt_tokens", "Prompt tokens processed.")
-        self.e2e_latency = histogram(
-            "serve_e2e_request_latency_seconds", "Queueing to the last result of one sequence or item, per model."
-        )
-        self.request_success = counter(
-            "serve_request_success",
-            "Finished generations by finish reason, in vLLM's words: stop (the end token or a stop string), length.",
-            ("model", "finished_reason"),
-        )
-        self.prefill_time = histogram("serve_request_prefill_time_seconds", "Admission to the first generated token.")
-        self.decode_time = histogram("serve_request_decode_time_seconds", "First to last generated token.")
-        self.runtime = gauge(
+        self.registry = CollectorRegistry()
+        # Declared per concern, in the order /metrics lists them.
+        self._http_metrics()
+        self._scheduling_metrics()
+        self._decoding_metrics()
+        self._admission_metrics()
+        self._request_metrics()
+        self.runtime = self._gauge(
             "serve_runtime_info",
             "1, labelled with ONNX Runtime's threads as the server set them: intra-op threads per session (0: ONNX "
             "Runtime's choice), whether they spin between runs, and the CPU limit read from the cgroup (0: none).",
@@ -144,9 +89,91 @@ class Metrics:
         # shared between processes, these would describe only the one that answers, so they are left out.
         self.shared_folder = os.environ.get(SHARED_FOLDER)
         if self.shared_folder is None:
-            ProcessCollector(registry=r)
-            PlatformCollector(registry=r)
-            r.register(GC_COLLECTOR)
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            self.registry.register(GC_COLLECTOR)
+
+    # Most metrics are per model, and most histograms time something: those are the defaults.
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...] = ("model",)) -> Gauge:
+        # Shared between processes, a gauge is the sum over the living ones (each sets its own part).
+        return Gauge(name, doc, labels, registry=self.registry, multiprocess_mode="livesum")
+
+    def _histogram(
+        self, name: str, doc: str, labels: tuple[str, ...] = ("model",), buckets: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    def _http_metrics(self) -> None:
+        by_status = ("endpoint", "status")
+        self.requests = self._counter("serve_requests", "HTTP requests by endpoint and status.", by_status)
+        self.request_duration = self._histogram(
+            "serve_request_duration_seconds", "HTTP request duration by endpoint and status.", by_status
+        )
+
+    def _scheduling_metrics(self) -> None:
+        self.queue_time = self._histogram("serve_queue_time_seconds", "Time from admission to the first model run.")
+        self.batch_size = self._histogram(
+            "serve_batch_size",
+            "Rows per model run (phase prefill: newcomers, a classifier's whole run; decode: one step).",
+            ("model", "phase"),
+            BATCH_BUCKETS,
+        )
+        self.queue_depth = self._gauge("serve_queue_depth", "Requests waiting for a batch slot.")
+        self.running = self._gauge(
+            "serve_running_sequences", "Sequences prefilling or decoding (one per request item)."
+        )
+        self.running_rows = self._gauge("serve_running_rows", "Batch rows of the running sequences (beams count each).")
+
+    def _decoding_metrics(self) -> None:
+        """Token timing, the KV cache and the prefix store, and the tokens generated."""
+        self.time_to_first_token = self._histogram(
+            "serve_time_to_first_token_seconds", "Admission to first generated token."
+        )
+        self.inter_token_latency = self._histogram(
+            "serve_inter_token_latency_seconds",
+            "Time between consecutive tokens of one sequence.",
+            buckets=TOKEN_BUCKETS,
+        )
+        self.time_per_output_token = self._histogram(
+            "serve_time_per_output_token_seconds",
+            "Per finished generation: its decode time over its tokens after the first (vLLM's time_per_output_token).",
+            buckets=TOKEN_BUCKETS,
+        )
+        self.kv_cache_usage = self._gauge(
+            "serve_kv_cache_usage_perc",
+            "Share of SERVE_KV_CACHE_BYTES holding keys and values: running sequences' and the prefix store's (0-1).",
+        )
+        self.prefix_cache_queries = self._counter(
+            "serve_prefix_cache_queries", "Prompt tokens looked up in the prefix store"
+        )
+        self.prefix_cache_hits = self._counter(
+            "serve_prefix_cache_hits", "Prompt tokens found in the prefix store (reused)."
+        )
+        self.generated_tokens = self._counter("serve_generated_tokens", "Tokens generated.")
+
+    def _admission_metrics(self) -> None:
+        self.rejected = self._counter("serve_rejected", "Requests refused before running.", ("model", "reason"))
+        self.cancelled = self._counter("serve_cancelled", "Requests dropped after the client went away.")
+        self.inflight = self._gauge("serve_inflight_requests", "Inference requests being handled.", ())
+
+    def _request_metrics(self) -> None:
+        """Per-request metrics named after vLLM's (vllm:e2e_request_latency_seconds, ...), with a model label."""
+        self.prompt_tokens = self._counter("serve_prompt_tokens", "Prompt tokens processed.")
+        self.e2e_latency = self._histogram(
+            "serve_e2e_request_latency_seconds", "Queueing to the last result of one sequence or item, per model."
+        )
+        self.request_success = self._counter(
+            "serve_request_success",
+            "Finished generations by finish reason, in vLLM's words: stop (the end token or a stop string), length.",
+            ("model", "finished_reason"),
+        )
+        self.prefill_time = self._histogram(
+            "serve_request_prefill_time_seconds", "Admission to the first generated token."
+        )
+        self.decode_time = self._histogram("serve_request_decode_time_seconds", "First to last generated token.")
 
     def render(self) -> bytes:
         """The Prometheus text format: this registry's, or every process's where they share a folder."""
