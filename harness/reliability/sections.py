@@ -9,12 +9,14 @@ docs/testing.md; harness/deploy/run.sh runs `load` and `sigterm` against the con
 
 from harness.reliability.bad_input import bad_input
 from harness.reliability.bombs import list_bombs
+from harness.reliability.broken_artifacts import artifacts
 from harness.reliability.bursts import attention, tokenize
 from harness.reliability.contract import schemathesis
-from harness.reliability.faults import artifacts, faults, sigterm
+from harness.reliability.faults import faults
 from harness.reliability.harness import Outcome
 from harness.reliability.kv_budget import kv_budget
 from harness.reliability.memory import memory
+from harness.reliability.sigterm import sigterm
 from harness.reliability.templates import chat_templates
 from harness.reliability.traffic import disconnects, load, overload, soak
 from harness.reliability.transport import slow_clients, stuck_drain, stuck_readers
