@@ -152,18 +152,7 @@ class GraphSession:
         # ORT reads external initializers from these buffers for the session's life: keep them referenced.
         self._initializers = {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in (initializers or {}).items()}
         self._options, self._providers = options, requested
-        # Fused on CPU only: ONNX Runtime's CUDA kernels for the fused node are not measured here.
-        fuse = options.fuse_attention and requested == [CPU]
-        exported: _Source = (path, None, self._initializers)
-        source, self.fusion, needed = (self._fused(path, initializers or {}) if fuse else None) or exported
-        try:
-            self.session = self._open(source, options, spin, requested, needed)
-        except ArtifactError as exc:
-            if self.fusion is None:
-                raise
-            log.warning("%s: the fused graph did not load (%s); serving the graph as exported", self.name, exc)
-            source, self.fusion, needed = exported
-            self.session = self._open(path, options, spin, requested, needed)
+        self.session, (source, self.fusion, needed) = self._load(path, spin, initializers or {})
         self._full_session: ort.InferenceSession | None = None  # the unfused graph, for attention maps
         # get_available_providers() can list CUDA where no GPU works; ORT then silently falls back.
         # get_providers() is the truth.
@@ -200,6 +189,22 @@ class GraphSession:
             self.quantization,
             self.io_binding,
         )
+
+    def _load(self, path: Path, spin: bool, weights: Mapping[str, np.ndarray]) -> tuple[ort.InferenceSession, _Source]:
+        """The session and what it loaded: the graph with its self-attentions fused where that applies and the
+        fused graph loads, else the graph as exported."""
+        # Fused on CPU only: ONNX Runtime's CUDA kernels for the fused node are not measured here.
+        fuse = self._options.fuse_attention and self._providers == [CPU]
+        exported: _Source = (path, None, self._initializers)
+        loaded = (self._fused(path, weights) if fuse else None) or exported
+        source, fusion, needed = loaded
+        try:
+            return self._open(source, self._options, spin, self._providers, needed), loaded
+        except ArtifactError as exc:
+            if fusion is None:
+                raise
+            log.warning("%s: the fused graph did not load (%s); serving the graph as exported", self.name, exc)
+            return self._open(path, self._options, spin, self._providers, self._initializers), exported
 
     def _open(
         self,
