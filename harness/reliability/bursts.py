@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from typing import Any
 
+import httpx
+
 from harness.reliability.harness import (
     Outcome,
     Target,
@@ -31,42 +33,15 @@ async def attention(target: Target) -> Outcome:
         if "classification" not in await model_ids(http):
             out.failures.append("no classifier served")
             return out
-        # The longest text the classifier takes (about 120 tokens for the committed one, limit 128).
-        for repeats in (10, 5, 2, 1):
-            text = " ".join(["a very long and quite repetitive review of a film"] * repeats)
-            probe = await http.post("/v1/classify", json={"text": text, "return_attention": True})
-            if probe.status_code == 200:
-                break
-        result = probe.json()["results"][0]
-        layers = result["attention"]["layers"]  # [layer][head][token][token]
-        tokens = result["input_tokens"]
-        per_text = len(layers) * len(layers[0]) * tokens * tokens
-        allowed = max(1, limit // per_text)
+        text, tokens, allowed = await _longest_text(http, limit)
         rss_before = target.rss_mb()
 
         started = time.perf_counter()
         refused = await http.post("/v1/classify", json={"text": [text] * 64, "return_attention": True})
         refused_s = time.perf_counter() - started
 
-        health_worst = 0.0
-        peak = rss_before or 0.0
-        finished = asyncio.Event()
-
-        async def probe_health() -> None:
-            nonlocal health_worst, peak
-            while not finished.is_set():
-                t0 = time.perf_counter()
-                await http.get("/health")
-                health_worst = max(health_worst, time.perf_counter() - t0)
-                peak = max(peak, target.rss_mb() or 0.0)
-                await asyncio.sleep(0.02)
-
-        watcher = asyncio.ensure_future(probe_health())
-        started = time.perf_counter()
-        big = await http.post("/v1/classify", json={"text": [text] * allowed, "return_attention": True})
-        big_s = time.perf_counter() - started
-        finished.set()
-        await watcher
+        big_body = {"text": [text] * allowed, "return_attention": True}
+        big, big_s, health_worst, peak = await _watched(http, target, big_body, rss_before or 0.0)
         await asyncio.sleep(1.0)
         rss_after = target.rss_mb()
     out.figures = {
@@ -93,8 +68,50 @@ async def attention(target: Target) -> Outcome:
     out.check(big.status_code == 200, f"the largest allowed request got {big.status_code}")
     out.check(len(big.content) <= 12 * limit + 1_000_000, f"{len(big.content)} bytes for {limit} values")
     out.check(health_worst < 1.0, f"/health took up to {health_worst:.2f}s during the big response")
-    await _attention_burst(target, out, {"text": [text] * allowed, "return_attention": True})
+    await _attention_burst(target, out, big_body)
     return out
+
+
+async def _longest_text(http: httpx.AsyncClient, limit: int) -> tuple[str, int, int]:
+    """The longest text the classifier takes (about 120 tokens for the committed one, limit 128): the
+    text, its tokens, and how many copies of it one request may ask attention maps for within `limit`."""
+    for repeats in (10, 5, 2, 1):
+        text = " ".join(["a very long and quite repetitive review of a film"] * repeats)
+        probe = await http.post("/v1/classify", json={"text": text, "return_attention": True})
+        if probe.status_code == 200:
+            break
+    result = probe.json()["results"][0]
+    layers = result["attention"]["layers"]  # [layer][head][token][token]
+    tokens: int = result["input_tokens"]
+    per_text = len(layers) * len(layers[0]) * tokens * tokens
+    return text, tokens, max(1, limit // per_text)
+
+
+async def _watched(
+    http: httpx.AsyncClient, target: Target, body: dict[str, Any], rss: float
+) -> tuple[httpx.Response, float, float, float]:
+    """One /v1/classify request with /health timed and RSS sampled meanwhile: (its response, its seconds,
+    the slowest /health, the peak RSS from `rss` on)."""
+    health_worst = 0.0
+    peak = rss
+    finished = asyncio.Event()
+
+    async def probe_health() -> None:
+        nonlocal health_worst, peak
+        while not finished.is_set():
+            t0 = time.perf_counter()
+            await http.get("/health")
+            health_worst = max(health_worst, time.perf_counter() - t0)
+            peak = max(peak, target.rss_mb() or 0.0)
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.ensure_future(probe_health())
+    started = time.perf_counter()
+    response = await http.post("/v1/classify", json=body)
+    seconds = time.perf_counter() - started
+    finished.set()
+    await watcher
+    return response, seconds, health_worst, peak
 
 
 # --- what a burst can make the server hold ----------------------------------------------------------------
