@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,10 +23,10 @@ from service.api.docs.pages import install_docs
 from service.api.docs.playground import install_playground
 from service.api.errors import install_error_handlers
 from service.api.hf import routes as hf
-from service.api.native import classify, generate, health, translate
+from service.api.native import health
 from service.api.native.metrics import router as metrics_router
 from service.api.native.schemas import ErrorResponse
-from service.api.openai import chat, completions, embeddings, models
+from service.api.openai import chat, completions, models
 from service.api.openai.errors import OpenAIErrorMiddleware
 from service.api.routes import add_routes
 from service.api.tei import routes as tei
@@ -34,6 +35,7 @@ from service.api.tokenizer import routes as tokenizer
 from service.engine.budget import Budget
 from service.engine.engine import Engine
 from service.engine.metrics import Metrics
+from service.engine.registry import records
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,8 +104,10 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.inflight = InFlight()
     install_error_handlers(app)
     _add_middleware(app, settings, metrics)
-    # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first.
-    for module in (translate, generate, completions, chat, classify, embeddings, tei, tgi, hf, models, tokenizer):
+    # Routes match in order, a few microseconds a check in FastAPI: the inference routes come first, each
+    # registered task's own (service/engine/registry.py), then the protocols'.
+    tasks = [importlib.import_module(task.route_module) for task in records().values()]
+    for module in dict.fromkeys([*tasks, completions, chat, tei, tgi, hf, models, tokenizer]):
         add_routes(app, module.router, tei.TEI_ERRORS if module is tei else ERRORS)
     add_routes(app, health.router)
     add_routes(app, metrics_router)

@@ -9,22 +9,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, Protocol, overload
 
 from contract.kinds import KINDS
 from contract.weights_package import WeightsPackageError
+from service.engine.capabilities import Capabilities
 from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.handle import Handle
 from service.engine.heap_trim import TRIM_AVAILABLE, IdleTrim, hold_freed_memory
 from service.engine.metrics import Metrics
+from service.engine.registry import REGISTERED, S, Service, as_service, record
 from service.engine.scheduling import Scheduler
 from service.engine.task_service import ThreadWork, TokenizerWork
-from service.engine.tasks.classification.service import ClassificationJob, ClassificationService
-from service.engine.tasks.embedding.service import EmbeddingJob, EmbeddingService
+from service.engine.tasks.classification.service import ClassificationService
+from service.engine.tasks.embedding.service import EmbeddingService
 from service.engine.tasks.generation.service import GenerationHandle, GenerationJob, GenerationService
-from service.engine.tasks.translation.service import TranslationJob, TranslationService
+from service.engine.tasks.translation.service import TranslationService
 from service.runtime.artifact import Artifact, ArtifactError, load_artifact
 from service.runtime.checks import check_artifact
 from service.runtime.cpu_limit import cpu_limit
@@ -33,21 +34,15 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Service = TranslationService | GenerationService | ClassificationService | EmbeddingService
-Job = TranslationJob | GenerationJob | ClassificationJob | EmbeddingJob
-S = TypeVar("S", TranslationService, GenerationService, ClassificationService, EmbeddingService)
-ServiceFactory = Callable[[Artifact, dict[str, GraphSession], Settings, Metrics], Service]
 
-# Each task's service, built from its artifact and graph sessions (contract/kinds.py names the roles).
-SERVICES: dict[str, ServiceFactory] = {
-    "translation": lambda a, s, settings, metrics: TranslationService(a, s["encoder"], s["decoder"], settings, metrics),
-    "generation": lambda a, s, settings, metrics: GenerationService(a, s["decoder"], settings, metrics),
-    "classification": lambda a, s, settings, metrics: ClassificationService(a, s["encoder"], settings, metrics),
-    "embedding": lambda a, s, settings, metrics: EmbeddingService(a, s["encoder"], settings, metrics),
-}
-# A request that names no model and no task (TGI, the Inference API's POST /, the tokenizer routes) is
-# about text generation where a generator is loaded: the tasks' defaults in this order come first.
-DEFAULT_ORDER = ("generation", "translation", "classification", "embedding")
+class Job(Protocol):
+    """What every task's job states: its task (config.json's) and the model it names (None: the default)."""
+
+    @property
+    def task(self) -> str: ...
+
+    @property
+    def model(self) -> str | None: ...
 
 
 class EngineProcess(Protocol):
@@ -89,6 +84,7 @@ class Engine:
         # Every loaded model by name, in SERVE_MODELS order: a task's first is its default, which serves
         # requests that name no model.
         self.services: dict[str, Service] = {}
+        self.capabilities: dict[str, Capabilities] = {}  # what each model can do, for the protocols
         self.ready = False
         self.draining = False  # set on SIGTERM: /ready turns 503, the API refuses new inference requests
         self.failure: str | None = None
@@ -144,9 +140,10 @@ class Engine:
                 raise ArtifactError(f"{artifact.folder}: {exc}") from None
             sessions = artifact_sessions(name, artifact.graphs, options, initializers, artifact.dims)
             self.models[name] = ModelInfo(name, artifact, sessions, time.time())
-            service = SERVICES[artifact.task](artifact, sessions, self.settings, self.metrics)
+            service = record(artifact.task).build(artifact, sessions, self.settings, self.metrics)
             service.tokenizer_work = self.tokenizer_work
             self.services[name] = service
+            self.capabilities[name] = service.capabilities()
             check_artifact(artifact, sessions, service.tokenizer, self.settings.max_input_tokens)
 
     async def start(self) -> None:
@@ -188,7 +185,7 @@ class Engine:
         """Validate and queue a job on its model (`job.model`, or the task's default); raises an
         EngineError (422, 404, 429) with nothing queued. Long texts are tokenized off the event loop.
         Every protocol's requests come through here."""
-        service: Any = self.resolve(job.model, job.task)  # the service of job.task: it takes this job
+        service: Any = self._service(job.model, job.task)  # the service of job.task: it takes this job
         handle: Handle[Any, Any] = await service.submit(job)
         return handle
 
@@ -196,16 +193,20 @@ class Engine:
         """The loaded models of ``task``, the default (first) one first."""
         return [name for name, service in self.services.items() if service.artifact.task == task]
 
-    def served(self) -> dict[str, Service]:
-        """Every loaded model by name, the tasks' defaults first (DEFAULT_ORDER)."""
-        defaults = [self._default(task) for task in DEFAULT_ORDER]
-        return {s.name: s for s in defaults if s is not None} | self.services
+    def served(self) -> dict[str, Capabilities]:
+        """What every loaded model can do, by name, the tasks' defaults first (in REGISTERED order)."""
+        defaults = [self._default(task) for task in REGISTERED]
+        return {s.name: self.capabilities[s.name] for s in defaults if s is not None} | self.capabilities
 
-    def resolve(self, name: str | None, task: str | None = None, field: str = "model") -> Service:
+    def resolve(self, name: str | None, task: str | None = None, field: str = "model") -> Capabilities:
         """The one place a request's model is found: ``name`` (of ``task``, when a route serves one task),
         or the default when ``name`` is None. Raises ModelNotLoaded (404) naming ``field``."""
+        return self.capabilities[self._service(name, task, field).name]
+
+    def _service(self, name: str | None, task: str | None = None, field: str = "model") -> Service:
         if name is None:
-            default = self._default(task) if task else next(iter(self.served().values()), None)
+            tasks = (task,) if task else REGISTERED
+            default = next((d for d in map(self._default, tasks) if d is not None), None)
             if default is None:
                 what = f"no {task} model is loaded" if task else "no model is loaded"
                 raise ModelNotLoaded(f"{what} (SERVE_MODELS={','.join(self.settings.models)})")
@@ -223,25 +224,18 @@ class Engine:
     def _default(self, task: str) -> Service | None:
         return next((s for s in self.services.values() if s.artifact.task == task), None)
 
+    def default_model(self, task: str) -> Capabilities | None:
+        """What the default model of ``task`` can do; None where none is loaded."""
+        default = self._default(task)
+        return None if default is None else self.capabilities[default.name]
+
     def default(self, kind: type[S]) -> S | None:
         """The default model of ``kind``'s task, as that service; None where none is loaded."""
-        return _as(self._default(kind.task), kind)
+        return as_service(self._default(kind.task), kind)
 
-    def require(self, kind: type[S], model: str | None = None) -> S:
-        """``model`` (None: the task's default) as the service ``kind``; ModelNotLoaded where it is not one."""
-        return _must(self.resolve(model, kind.task), kind)
-
-    # The tasks' default models, typed: engine.translator is engine.default(TranslationService).
+    # The tasks' default models, typed (for in-process drivers: tests, benchmarks, the reliability suite):
+    # engine.translator is engine.default(TranslationService).
     translator = DefaultService(TranslationService)
     generator = DefaultService(GenerationService)
     classifier = DefaultService(ClassificationService)
     embedder = DefaultService(EmbeddingService)
-
-
-def _as(service: Service | None, kind: type[S]) -> S | None:
-    return service if isinstance(service, kind) else None
-
-
-def _must(service: Service, kind: type[S]) -> S:
-    assert isinstance(service, kind), f"{service.name} is a {type(service).__name__}"  # SERVICES builds by task
-    return service

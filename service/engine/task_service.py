@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 from tokenizers import Encoding, Tokenizer
 
+from service.engine.capabilities import Capabilities
 from service.engine.scheduling import SequenceQueue
 from service.engine.sequence import SeqT
 from service.engine.token_count import TokenCount, count_past
@@ -43,7 +45,8 @@ class ThreadWork:
         return await asyncio.to_thread(fn)
 
 
-class TaskService(Generic[SeqT]):
+class TaskService(ABC, Generic[SeqT]):
+    task: ClassVar[str]  # config.json "task" of the models it serves
     scheduler: SequenceQueue[SeqT]  # each service builds its Scheduler once its model exists
     warmup_texts: ClassVar[tuple[str, ...]] = ()  # a short and a longer one, where warm-up runs texts
     tokenizer_work: TokenizerWork = ThreadWork()  # the engine hands every service the server's
@@ -54,6 +57,15 @@ class TaskService(Generic[SeqT]):
         self.settings = settings
         self.tokenizer = artifact.load_tokenizer()
         self._truncating: dict[tuple[int, str], Tokenizer] = {}
+
+    @abstractmethod
+    async def warmup(self) -> None:
+        """Run a few representative batches (first-run allocations, thread pools)."""
+
+    def capabilities(self) -> Capabilities:
+        """What the protocols may ask of this model; each task adds its own."""
+        a = self.artifact
+        return Capabilities(self.name, a.task, a, self.tokenizer, min(self.settings.max_input_tokens, a.max_positions))
 
     def truncating_tokenizer(self, limit: int, direction: TruncationDirection) -> Tokenizer:
         """A copy of the tokenizer that cuts its encodings to `limit` tokens, special tokens included (a pair:

@@ -16,9 +16,9 @@ from jsonschema_rs import canonical
 
 from contract.cards import no_use_summary, use_summary
 from contract.kinds import TASKS
-from service.api.docs.openapi import TASK_LINES, TASK_ROUTES
 from service.api.docs.openapi_limits import decimal_at_most
 from service.api.native.schemas import MAX_SEED, NOT_BLANK
+from service.engine.registry import records
 from service.engine.tokens.sampling import new_seed
 from tests.conftest import REAL_ARTIFACTS
 
@@ -215,9 +215,9 @@ async def test_a_server_of_one_task_documents_only_its_routes(serving, model: st
     async with serving(models=model) as s:
         tried = await every_example(s)
     task = s.engine.services[model].artifact.task
-    for other, paths in TASK_ROUTES.items():
-        assert all((f"POST {p}" in tried) == (other == task) for p in paths), (model, other, tried)
-    assert set(TASK_ROUTES) == set(TASK_LINES) == set(TASKS)
+    for other, record in records().items():
+        assert all((f"POST {p}" in tried) == (other == task) for p in record.routes), (model, other, tried)
+    assert set(records()) == set(TASKS)
 
 
 async def test_a_chat_model_alone_documents_chat_and_no_other_task(serving, chat_artifacts) -> None:
@@ -232,7 +232,7 @@ def test_the_description_states_the_tasks_and_the_models_served(served) -> None:
     """ReDoc's and /docs' first paragraph: every task of contract/kinds.py, and each served model with its
     task and what its card says it is for (it said "One server for three transformers")."""
     text = served.app.openapi()["info"]["description"]
-    assert all(TASK_LINES[task] in text for task in TASKS)
+    assert all(records()[task].summary in text for task in TASKS)
     for name, info in served.engine.models.items():
         summary = use_summary(info.artifact.card) or no_use_summary(info.artifact.task)
         assert f"- `{name}` ({info.artifact.task}): {summary}" in text, name

@@ -22,49 +22,29 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
-from contract.kinds import CLASSIFICATION, TASKS
+from contract.kinds import CLASSIFICATION
 from service.api.docs.openapi_limits import add_runtime_limits
 from service.api.hf.embeddings import FeatureExtractionRequest, SentenceSimilarityRequest
-from service.api.hf.routes import DISPATCH_BODIES, ROOT_BODIES
+from service.api.hf.routes import FORMS
 from service.api.hf.tasks import served_tasks
 from service.api.openai.chat import PATH as CHAT_PATH
 from service.api.openai.chat import chat_models
 from service.api.openai.models import summary
 from service.api.tei.routes import reranker_or_none
 from service.engine.engine import Engine
+from service.engine.registry import records
 
 REF = "#/components/schemas/{model}"
 DISPATCH_PATHS = ("/", "/models/{name}", "/models/{name}/pipeline/{task}")
 # The request bodies with a `model` field, and the task whose models it names (None: any model).
 MODEL_FIELDS: dict[str, str | None] = {
-    "TranslateRequest": "translation",
-    "GenerateRequest": "generation",
-    "CompletionRequest": "generation",
-    "ClassifyRequest": "classification",
-    "EmbeddingRequest": "embedding",
+    **{body: name for name, task in records().items() for body in task.request_bodies},
     "TokenizeRequest": None,
     "DetokenizeRequest": None,
 }
 PIPELINE_PATH = "/models/{name}/pipeline/{task}"
-# The Inference API tasks whose body differs from DISPATCH_BODIES' one for the model's task.
+# The Inference API tasks whose body differs from the one of the model's task (FORMS).
 TASK_BODIES = {"feature-extraction": FeatureExtractionRequest, "sentence-similarity": SentenceSimilarityRequest}
-# The routes only a model of one task answers: without one they would answer every request 404.
-TASK_ROUTES: dict[str, tuple[str, ...]] = {
-    "translation": ("/v1/translate",),
-    "generation": ("/v1/generate", "/v1/completions", "/generate", "/generate_stream"),
-    "classification": ("/v1/classify",),
-    "embedding": ("/v1/embeddings", "/embed"),
-}
-# What the server does with a model of each task (contract/kinds.TASKS), for the description.
-TASK_LINES: dict[str, str] = {
-    "translation": "translation (encoder-decoder: greedy, beam search with n-best, sampling, streaming): "
-    "`/v1/translate`",
-    "generation": "text generation (decoder-only: continuous batching, streaming): `/v1/generate`, OpenAI's "
-    "`/v1/completions` and, for a model with a chat template, `/v1/chat/completions`; TGI's `/generate`",
-    "classification": "classification (encoder: dynamic batching, sentence pairs): `/v1/classify`; a one-label "
-    "cross-encoder also reranks (`/rerank`)",
-    "embedding": "sentence embeddings (encoder, pooled): OpenAI's `/v1/embeddings`, TEI's `/embed`",
-}
 DESCRIPTION_END = """Generation, translation and classification can return attention maps.
 
 Errors have one shape: `{"error": {"type", "message", "field"}}`: 400 invalid JSON, 401 bad API key,
@@ -97,12 +77,12 @@ def _body(ref: str | dict[str, Any]) -> dict[str, Any]:
 
 def add_dispatch_bodies(schema: dict[str, Any]) -> None:
     """POST / and POST /models/{name}: the request of any task (refined by `add_model_limits`)."""
-    bodies = [*DISPATCH_BODIES.values(), *ROOT_BODIES.values()]
+    bodies = [*(f.body for f in FORMS.values()), *(f.root_body for f in FORMS.values())]
     _, definitions = models_json_schema([(m, "validation") for m in bodies], ref_template=REF)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name, definition in definitions.get("$defs", {}).items():
         components.setdefault(name, definition)
-    any_task = {"anyOf": [{"$ref": REF.format(model=m.__name__)} for m in DISPATCH_BODIES.values()]}
+    any_task = {"anyOf": [{"$ref": REF.format(model=f.body.__name__)} for f in FORMS.values()]}
     for path in DISPATCH_PATHS:
         operation = schema["paths"].get(path, {}).get("post")
         if operation is not None:
@@ -121,7 +101,7 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
             _name_models(components[component], engine.model_names(task) if task else served)
     if "ChatCompletionRequest" in components:  # the generators that have a chat template
         _name_models(components["ChatCompletionRequest"], chat_models(engine))
-    if engine.classifier is not None and "ClassifyRequest" in components:
+    if engine.default_model(CLASSIFICATION.name) is not None and "ClassifyRequest" in components:
         _top_k_by_model(components["ClassifyRequest"], engine)
     _example_token_ids(components, engine)
     add_runtime_limits(schema, engine)
@@ -139,11 +119,10 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
 def _top_k_by_model(component: dict[str, Any], engine: Engine) -> None:
     """top_k's maximum: the most labels of any classifier, and each classifier's own where it has fewer (the
     default's when the body names no model)."""
-    labels = {name: len(service.artifact.labels) for name, service in engine.served().items()
-              if service.artifact.task == CLASSIFICATION.name}  # fmt: skip
+    labels = {name: len(model.labels) for name, model in engine.served().items() if model.task == CLASSIFICATION.name}
     most = max(labels.values())
     _member(component["properties"]["top_k"], "integer")["maximum"] = most
-    default = engine.classifier
+    default = engine.default_model(CLASSIFICATION.name)
     assert default is not None
     rules = [
         {"if": {"properties": {"model": {"const": name}}, "required": ["model"]},
@@ -179,8 +158,8 @@ def _example_token_ids(components: dict[str, Any], engine: Engine) -> None:
         return
     text = tokenize["examples"][0]["prompt"]
     for example in detokenize.get("examples", []):
-        service = by_name.get(example.get("model"), next(iter(by_name.values())))
-        example["tokens"] = service.tokenizer.encode(text).ids
+        model = by_name.get(example.get("model"), next(iter(by_name.values())))
+        example["tokens"] = model.tokenizer.encode(text).ids
 
 
 def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
@@ -188,19 +167,21 @@ def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
     paths: dict[str, Any] = schema["paths"]
     by_name = engine.served()
     root = paths.get("/", {}).get("post")
-    if root is not None and by_name:
-        default = next(iter(by_name.values()))
-        root["requestBody"] = _body(ROOT_BODIES[default.artifact.task].__name__)  # naming its task
+    default = next(iter(by_name.values()), None)
+    if root is not None and default is not None and default.task in FORMS:
+        root["requestBody"] = _body(FORMS[default.task].root_body.__name__)  # naming its task
     templated = paths.get("/models/{name}", {}).get("post")
     if templated is None or not by_name:
         return
     operations = {}
-    for name, service in by_name.items():
+    for name, model in by_name.items():
+        if model.task not in FORMS:
+            continue
         operation = copy.deepcopy(templated)
         operation["parameters"] = [p for p in operation.get("parameters", []) if p["name"] != "name"]
         operation["operationId"] = f"{templated['operationId']}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
-        operation["summary"] = f"{name}: the Inference API's {service.artifact.task} request"
-        operation["requestBody"] = _body(DISPATCH_BODIES[service.artifact.task].__name__)
+        operation["summary"] = f"{name}: the Inference API's {model.task} request"
+        operation["requestBody"] = _body(FORMS[model.task].body.__name__)
         operations[f"/models/{name}"] = {"post": operation}
     others = {method: op for method, op in paths["/models/{name}"].items() if method != "post"}
     if others:
@@ -215,7 +196,7 @@ def _dispatch_by_model(schema: dict[str, Any], engine: Engine) -> None:
 def description(engine: Engine | None) -> str:
     """The document's description: one transformer server for the tasks of contract/kinds.py, and, once the
     models are loaded, each served model with what its card says it is for."""
-    tasks = "\n".join(f"- {TASK_LINES[task]}" for task in TASKS)
+    tasks = "\n".join(f"- {task.summary}" for task in records().values())
     text = f"One server, on ONNX Runtime, for transformers of each of these tasks:\n\n{tasks}\n\n"
     if engine is not None and engine.models:
         served = "\n".join(f"- `{n}` ({i.artifact.task}): {summary(i)}" for n, i in engine.models.items())
@@ -225,7 +206,7 @@ def description(engine: Engine | None) -> str:
 
 def _drop_unserved(schema: dict[str, Any], engine: Engine) -> None:
     """The routes of a task no loaded model serves: every request to them would be a 404."""
-    unserved = [path for task, paths in TASK_ROUTES.items() if not engine.model_names(task) for path in paths]
+    unserved = [path for name, task in records().items() if not engine.model_names(name) for path in task.routes]
     if reranker_or_none(engine) is None:
         unserved.append("/rerank")
     if not chat_models(engine):  # every chat request would be a 400: no loaded model has a chat template
@@ -241,9 +222,12 @@ def _pipeline_by_model(schema: dict[str, Any], engine: Engine) -> None:
     if templated is None:
         return
     operations = {}
-    for name, service in engine.served().items():
-        for task in served_tasks(service.artifact.task):
-            body = TASK_BODIES.get(task, DISPATCH_BODIES[service.artifact.task])
+    for name, model in engine.served().items():
+        form = FORMS.get(model.task)
+        if form is None:  # a task without an Inference API form
+            continue
+        for task in served_tasks(model.task):
+            body = TASK_BODIES.get(task, form.body)
             if body.__name__ not in schema.get("components", {}).get("schemas", {}):
                 continue
             operation = copy.deepcopy(templated)

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from contract.kinds import EMBEDDING, GENERATION, TRANSLATION
 from service.api.native.schemas import TOKEN_ID_DIGITS
 from service.api.openai.chat import chat_models
 from service.engine.engine import Engine
-from service.engine.tasks.generation.service import GenerationService
-from service.engine.tasks.translation.service import MAX_BEAMS, TranslationService
+from service.engine.tasks.translation.request import DEFAULT_BEAMS, MAX_BEAMS
 
 Schema = dict[str, Any]
-DEFAULT_BEAMS = 4  # TranslateRequest.num_beams's default
 
 
 def _arrays(prop: Schema) -> list[Schema]:
@@ -139,7 +138,7 @@ def _bound_languages(component: Schema, codes: tuple[str, ...]) -> None:
 def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
     """`dimensions`: the default embedder's size, or fewer where it was trained for them. Token ids: below its
     vocabulary, and at most its input limit unless the request may truncate (TEI's `truncate`)."""
-    embedder = engine.embedder
+    embedder = engine.default_model(EMBEDDING.name)
     if embedder is None:
         return
     size = embedder.dimensions
@@ -148,7 +147,7 @@ def _embedding_limits(components: dict[str, Schema], engine: Engine) -> None:
             member["maximum"] = size
             if not embedder.artifact.dimensions_truncatable:
                 member["minimum"] = size
-    limit = (embedder.artifact.vocab_size, embedder.max_tokens)
+    limit = (embedder.artifact.vocab_size, embedder.max_input_tokens)
     if "EmbeddingRequest" in components:  # no truncation in OpenAI's API
         _bound_token_ids("input")[0](components["EmbeddingRequest"], limit)
     embed = components.get("EmbedRequest")
@@ -195,7 +194,7 @@ def _item_limits(components: dict[str, Schema], engine: Engine) -> None:
 
 def _new_token_limits(components: dict[str, Schema], engine: Engine) -> None:
     """Translation refuses more new tokens than its cap (generation's budgets: below)."""
-    caps = [s.max_target_tokens for s in engine.served().values() if isinstance(s, TranslationService)]
+    caps = [m.max_target_tokens for m in engine.served().values() if m.max_target_tokens is not None]
     for component in ("TranslateRequest", "TranslationGenerateParameters"):
         for member in _integers(_prop(components, component, "max_new_tokens") or {}):
             if caps:
@@ -206,7 +205,7 @@ def _new_token_limits(components: dict[str, Schema], engine: Engine) -> None:
 
 
 def _beam_limits(components: dict[str, Schema], engine: Engine) -> None:
-    """Beams are batch rows; n_best <= num_beams (4 when absent)."""
+    """Beams are batch rows; n_best <= num_beams (DEFAULT_BEAMS when absent)."""
     beams = min(MAX_BEAMS, engine.settings.max_batch_size)
     for component in ("TranslateRequest", "TranslationGenerateParameters"):
         for member in _integers(_prop(components, component, "num_beams") or {}):
@@ -223,15 +222,15 @@ def _beam_limits(components: dict[str, Schema], engine: Engine) -> None:
 def _per_model_limits(components: dict[str, Schema], engine: Engine) -> None:
     """Limits that depend on the model a request names: language codes, token ids, logit bias keys."""
     by_name = engine.served()
-    generators = {n: s for n, s in by_name.items() if isinstance(s, GenerationService)}
-    translators = {n: s for n, s in by_name.items() if isinstance(s, TranslationService)}
+    generators = {n: m for n, m in by_name.items() if m.task == GENERATION.name}
+    translators = {n: m for n, m in by_name.items() if m.task == TRANSLATION.name}
     # Language codes: those of the chosen translator; none (null only) for a one-direction model.
     translate = components.get("TranslateRequest")
     if translate is not None and translators:
         codes = {n: tuple(t.artifact.languages) for n, t in translators.items()}
         _per_model(translate, codes, next(iter(translators)), _bound_languages, _languages_rule)
     # Token ids: below the chosen model's vocabulary, at most a prompt's worth (or SERVE_MAX_TOKENIZE_TOKENS).
-    prompts = {n: (g.artifact.vocab_size, g.max_prompt_tokens) for n, g in generators.items()}
+    prompts = {n: (g.artifact.vocab_size, g.max_input_tokens) for n, g in generators.items()}
     for component in ("GenerateRequest", "CompletionRequest"):
         if component in components and prompts:
             _per_model(components[component], prompts, next(iter(generators)), *_bound_token_ids("prompt"))

@@ -15,6 +15,7 @@ from service.api.native.schemas import (
     MAX_EMBEDDING_INPUTS,
     TRUNCATE_DOC,
     AnyCaseTruncationSide,
+    Dimensions,
     Lenient,
     Text,
     bounded,
@@ -34,7 +35,7 @@ class FeatureExtractionOptions(Lenient):
     prompt_name: None = Field(None, description="not supported: this server's models have no prompts (must be null)")
     truncate: bool | None = Field(None, description=TRUNCATE_DOC)
     truncation_direction: AnyCaseTruncationSide | None = None
-    dimensions: int | None = Field(None, ge=1, description="keep the first n dimensions (models trained for it)")
+    dimensions: Dimensions = None
     encoding_format: Literal["float"] | None = Field(None, description="float only: the answer is JSON numbers")
 
 

@@ -19,6 +19,8 @@ server cannot honour (watermark, best_of > 1, typical_p, adapters) is a 422. A k
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Request
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.kinds import TASKS
 from service.api.asgi.lean_route import LeanRoute
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.errors import fields_as_sent
+from service.api.errors import ApiError, fields_as_sent
 from service.api.hf.embeddings import (
     EmbeddingModelRequest,
     FeatureExtractionRequest,
@@ -59,11 +61,11 @@ from service.api.sampling import translation_params
 from service.api.tei.routes import tei_info
 from service.api.tgi.routes import TGI_STREAM_DOC, tgi_answer
 from service.api.tgi.schemas import MAX_STOP, TgiRequest
-from service.engine.engine import Engine, Service
-from service.engine.tasks.classification.service import ClassificationJob, ClassificationService
-from service.engine.tasks.embedding.service import EmbeddingService
-from service.engine.tasks.generation.service import GenerationService
-from service.engine.tasks.translation.service import TranslationJob, TranslationService
+from service.engine.capabilities import Capabilities
+from service.engine.engine import Engine
+from service.engine.registry import record
+from service.engine.tasks.classification.service import ClassificationJob
+from service.engine.tasks.translation.service import TranslationJob
 
 router = APIRouter(tags=["hugging face"], route_class=LeanRoute)  # large bodies parsed off the event loop
 
@@ -152,7 +154,7 @@ async def _classify(engine: Engine, model: str, body: ClassificationRequest, req
     return [[{"label": label, "score": score} for label, score in labels] for labels in ranked]
 
 
-async def _translate(engine: Engine, translator: TranslationService, body: TranslationRequest, request: Request) -> Any:
+async def _translate(engine: Engine, translator: Capabilities, body: TranslationRequest, request: Request) -> Any:
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
     fields = ["inputs"] if not isinstance(body.inputs, list) else [f"inputs[{i}]" for i in range(len(texts))]
     chosen = body.parameters.generate_parameters.model_dump(exclude_none=True)
@@ -161,15 +163,6 @@ async def _translate(engine: Engine, translator: TranslationService, body: Trans
         handle = await engine.submit(TranslationJob(texts, fields, params, translator.name))
     results = await unless_disconnected(request, handle.results())
     return [{"translation_text": r.hypotheses[0].text} for r in results]
-
-
-# The body of POST / and POST /models/{name}, by the model's task (service/api/docs/openapi.py documents it).
-DISPATCH_BODIES: dict[str, type[BaseModel]] = {
-    "generation": TgiRequest,
-    "classification": ClassificationRequest,
-    "translation": TranslationRequest,
-    "embedding": EmbeddingModelRequest,
-}
 
 
 def _naming(model: type[BaseModel], task: str) -> dict[str, Any]:
@@ -194,37 +187,68 @@ class RootEmbeddingModelRequest(EmbeddingModelRequest):
     model_config = ConfigDict(json_schema_extra=_naming(EmbeddingModelRequest, "embedding"))
 
 
-# POST /'s body in the OpenAPI document, by the default model's task: its DISPATCH_BODIES one, naming its task.
-ROOT_BODIES: dict[str, type[BaseModel]] = {
-    "generation": RootTgiRequest,
-    "classification": RootClassificationRequest,
-    "translation": RootTranslationRequest,
-    "embedding": RootEmbeddingModelRequest,
+Answer = Callable[[Engine, Capabilities, Any, Request, str | None], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class InferenceForm:
+    """How a model of one task answers the Inference API: its body on POST /models/{name}, the same naming
+    its task (POST /'s, in the OpenAPI document), and the answer; `task` is the Inference API task the URL
+    names (one the model serves), else the body's shape tells."""
+
+    body: type[BaseModel]
+    root_body: type[BaseModel]
+    answer: Answer
+
+
+async def _generation(engine: Engine, model: Capabilities, payload: Any, request: Request, task: str | None) -> Any:
+    return await tgi_answer(engine, model, validated(TgiRequest, payload), request, as_list=True)
+
+
+async def _classification(
+    engine: Engine, model: Capabilities, payload: Any, request: Request, task: str | None
+) -> Any:
+    return await _classify(engine, model.name, validated(ClassificationRequest, payload), request)
+
+
+async def _translation(engine: Engine, model: Capabilities, payload: Any, request: Request, task: str | None) -> Any:
+    return await _translate(engine, model, validated(TranslationRequest, payload), request)
+
+
+async def _embedding(engine: Engine, model: Capabilities, payload: Any, request: Request, task: str | None) -> Any:
+    inputs = payload.get("inputs") if isinstance(payload, dict) else None
+    if task == "sentence-similarity" or (task is None and isinstance(inputs, dict)):
+        return await sentence_similarity(engine, model.name, validated(SentenceSimilarityRequest, payload), request)
+    return await feature_extraction(engine, model.name, validated(FeatureExtractionRequest, payload), request)
+
+
+# The Inference API's form of each task that has one (a task without one answers its own routes only).
+FORMS: dict[str, InferenceForm] = {
+    "generation": InferenceForm(TgiRequest, RootTgiRequest, _generation),
+    "classification": InferenceForm(ClassificationRequest, RootClassificationRequest, _classification),
+    "translation": InferenceForm(TranslationRequest, RootTranslationRequest, _translation),
+    "embedding": InferenceForm(EmbeddingModelRequest, RootEmbeddingModelRequest, _embedding),
 }
 
 
 def _models_by_task(engine: Engine) -> dict[str, list[str]]:
     """Each Inference API task and the served models that answer it, the default first."""
     models: dict[str, list[str]] = {}
-    for name, service in engine.served().items():
-        for task in served_tasks(service.artifact.task):
+    for name, model in engine.served().items():
+        for task in served_tasks(model.task):
             models.setdefault(task, []).append(name)
     return models
 
 
-async def _dispatch(engine: Engine, service: Service, payload: Any, request: Request, task: str | None = None) -> Any:
-    """`task`: the Inference API task the URL names (one the model serves); else the body's shape tells."""
-    if isinstance(service, GenerationService):
-        return await tgi_answer(engine, service, validated(TgiRequest, payload), request, as_list=True)
-    if isinstance(service, ClassificationService):
-        return await _classify(engine, service.name, validated(ClassificationRequest, payload), request)
-    if isinstance(service, EmbeddingService):
-        inputs = payload.get("inputs") if isinstance(payload, dict) else None
-        if task == "sentence-similarity" or (task is None and isinstance(inputs, dict)):
-            body = validated(SentenceSimilarityRequest, payload)
-            return await sentence_similarity(engine, service.name, body, request)
-        return await feature_extraction(engine, service.name, validated(FeatureExtractionRequest, payload), request)
-    return await _translate(engine, service, validated(TranslationRequest, payload), request)
+async def _dispatch(
+    engine: Engine, model: Capabilities, payload: Any, request: Request, task: str | None = None
+) -> Any:
+    form = FORMS.get(model.task)
+    if form is None:
+        routes = ", ".join(record(model.task).routes)
+        message = f"model {model.name!r} ({model.task}) has no Inference API form; it answers {routes}"
+        raise ApiError(422, "unsupported_task", message, "name")
+    return await form.answer(engine, model, payload, request, task)
 
 
 _PAYLOAD = Body(
@@ -246,9 +270,9 @@ _ROOT = (
 )
 async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
     check_accept(request.headers.get("accept"))
-    service = engine.resolve(None)
-    check_root(service.name, served_tasks(service.artifact.task), payload, _models_by_task(engine))
-    return await _dispatch(engine, service, payload, request)
+    model = engine.resolve(None)
+    check_root(model.name, served_tasks(model.task), payload, _models_by_task(engine))
+    return await _dispatch(engine, model, payload, request)
 
 
 @router.post(
@@ -259,9 +283,9 @@ async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str,
 )
 async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
     check_accept(request.headers.get("accept"))
-    service = engine.resolve(name, field="name")
-    check_task(name, served_tasks(service.artifact.task), payload, _models_by_task(engine))
-    return await _dispatch(engine, service, payload, request)
+    model = engine.resolve(name, field="name")
+    check_task(name, served_tasks(model.task), payload, _models_by_task(engine))
+    return await _dispatch(engine, model, payload, request)
 
 
 @router.post(
@@ -274,24 +298,24 @@ async def by_model_task(
     name: str, task: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]
 ) -> Any:
     check_accept(request.headers.get("accept"))
-    service = engine.resolve(name, field="name")
-    served = served_tasks(service.artifact.task)
+    model = engine.resolve(name, field="name")
+    served = served_tasks(model.task)
     if task not in served:
         raise wrong_task(name, served, task, "task")
     check_task(name, (task,), payload, _models_by_task(engine))
-    return await _dispatch(engine, service, payload, request, task)
+    return await _dispatch(engine, model, payload, request, task)
 
 
 # --- info and health ------------------------------------------------------------------------------
 
 
-def _info(engine: Engine, service: Service) -> dict[str, Any]:
-    a = service.artifact
+def _info(engine: Engine, model: Capabilities) -> dict[str, Any]:
+    a = model.artifact
     settings = engine.settings
-    info = engine.models[service.name]
+    info = engine.models[model.name]
     provider = next(iter(info.sessions.values())).provider
     return {
-        "model_id": service.name,
+        "model_id": model.name,
         "model_sha": None,
         "model_dtype": "float32",
         "model_device_type": "cuda" if provider.startswith("CUDA") else "cpu",
@@ -318,20 +342,19 @@ async def info(engine: EngineDep) -> dict[str, Any]:
 
 @router.get("/models/{name}/info", summary="TGI's /info for one model (with TEI's fields for an encoder)")
 async def model_info(name: str, engine: EngineDep) -> dict[str, Any]:
-    service = engine.resolve(name, field="name")
-    encoder = service if isinstance(service, EmbeddingService | ClassificationService) else None
-    return _info(engine, service) | (tei_info(engine, encoder) if encoder else {})
+    model = engine.resolve(name, field="name")
+    return _info(engine, model) | tei_info(engine, model)
 
 
-def _hub_model(service: Service) -> dict[str, Any]:
-    tasks = served_tasks(service.artifact.task)
-    return {"id": service.name, "modelId": service.name, "pipeline_tag": tasks[0], "tags": list(tasks),
+def _hub_model(model: Capabilities) -> dict[str, Any]:
+    tasks = served_tasks(model.task)
+    return {"id": model.name, "modelId": model.name, "pipeline_tag": tasks[0], "tags": list(tasks),
             "private": False, "library_name": "transformer-serving"}  # fmt: skip
 
 
 @router.get("/api/models", summary="The Hub's model list: each served model and its pipeline tag")
 async def hub_models(engine: EngineDep) -> list[dict[str, Any]]:
-    return [_hub_model(service) for service in engine.served().values()]
+    return [_hub_model(model) for model in engine.served().values()]
 
 
 @router.get("/api/models/{name}", summary="The Hub's model info for one served model")

@@ -21,11 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contract.kinds import TASKS
 from service.api.errors import ApiError
+from service.engine.registry import record
 
-# The Inference API tasks a model of each of our tasks answers (its pipeline tag first).
-EXTRA_TASKS: dict[str, tuple[str, ...]] = {"embedding": ("sentence-similarity",)}
 # Options feature_extraction sends at the top level of the body (older clients: in `parameters`).
 FEATURE_EXTRACTION_OPTIONS = ("normalize", "prompt_name", "truncate", "truncation_direction", "dimensions",
                               "encoding_format")  # fmt: skip
@@ -73,7 +71,7 @@ class Told:
 
 def served_tasks(task: str) -> tuple[str, ...]:
     """The Inference API tasks a model of our `task` (config.json "task") answers."""
-    return (TASKS[task].pipeline_tag, *EXTRA_TASKS.get(task, ()))
+    return record(task).answers
 
 
 # Each `parameters` key some task takes, and those tasks (a lookup: a body may hold many unknown keys).

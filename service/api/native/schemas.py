@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from service.api.errors import MAX_ERRORS, FieldError
 from service.api.json_numbers import integral_floats_as_ints
+from service.engine.tasks.translation.request import DEFAULT_BEAMS, MAX_BEAMS
 
 MAX_SEED = 2**53 - 1  # the largest integer a JavaScript number holds exactly (Number.MAX_SAFE_INTEGER)
 # top_k beyond the vocabulary keeps every token; the bound keeps it a machine integer (int64 in the chooser).
@@ -129,6 +130,8 @@ def _loc_as_sent(loc: tuple[int | str, ...], names: dict[str, str]) -> tuple[int
 # Inference API spec and huggingface_hub "left"/"right": the Hugging Face routes take both.
 TruncationSide = Literal["right", "left"]
 AnyCaseTruncationSide = Literal["right", "left", "Right", "Left"]
+# OpenAI's, TEI's and the Inference API's embedding requests take it alike.
+Dimensions = Annotated[int | None, Field(ge=1, description="keep the first n dimensions (models trained for it)")]
 TRUNCATE_DOC = "cut an input past the model's limit (from `truncation_direction`) instead of a 422"
 
 
@@ -178,7 +181,7 @@ class TranslateRequest(Request):
 
     text: Text | Annotated[list[Text], bounded()] = Field(description="one source text, or a list of them")
     model: ModelName
-    num_beams: int = Field(4, ge=1, le=16, description="1 = greedy; beams are batch rows")
+    num_beams: int = Field(DEFAULT_BEAMS, ge=1, le=MAX_BEAMS, description="1 = greedy; beams are batch rows")
     n_best: int = Field(1, ge=1, le=16, description="hypotheses returned per text (<= num_beams)")
     length_penalty: float = Field(1.0, ge=0.0, le=10.0, description="score = logprob / length ** length_penalty")
     max_new_tokens: int | None = Field(None, ge=1, description="default: 2 * source tokens + 16, within the server cap")

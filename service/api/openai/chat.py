@@ -1,13 +1,12 @@
 """POST /v1/chat/completions: OpenAI's chat completions (also TGI's and huggingface_hub's `chat_completion`).
 
-The messages are rendered with the model's own chat template (service/engine/tasks/generation/chat_template.py) into one
-prompt, tokenized without adding special tokens (the template writes them), and generated through the same
-engine job as /v1/completions (`openai_job`). A model without a template is refused with a 400 that points
+The engine renders the messages with the model's own chat template (service/engine/tasks/generation/chat_template.py)
+into one prompt, tokenized without adding special tokens (the template writes them), and generates through
+the same engine job as /v1/completions (`openai_job`). A model without a template is refused with a 400 that points
 to /v1/completions."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from contract.kinds import GENERATION
 from service.api.asgi.lean_route import LeanRoute
 from service.api.asgi.tracing import new_request_id
 from service.api.deps import EngineDep, unless_disconnected
@@ -37,11 +37,12 @@ from service.api.openai.chat_schemas import (
 from service.api.openai.common import FINISH, openai_job, openai_stream, usage
 from service.api.openai.tool_calls import Function, ToolFormat, ToolStream, tool_constraint, tool_format
 from service.api.sse import sse, streaming_response
+from service.engine.capabilities import Capabilities
 from service.engine.engine import Engine
 from service.engine.errors import InvalidInput
+from service.engine.tasks.generation.chat_template import ChatMessages
 from service.engine.tasks.generation.constraints import Constraint
 from service.engine.tasks.generation.decoding import GenerationResult, TokenEvent
-from service.engine.tasks.generation.service import GenerationService
 
 router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
@@ -55,19 +56,16 @@ STREAM_DOC = (
 
 def chat_models(engine: Engine) -> list[str]:
     """The loaded generators that carry a chat template, the default generator first."""
-    generators = [engine.generator, *engine.services.values()]
-    found = [s for s in generators if isinstance(s, GenerationService) and s.chat_template is not None]
-    return list(dict.fromkeys(s.name for s in found))
+    return [name for name, model in engine.served().items() if model.chat_template is not None]
 
 
-def chat_generator(engine: Engine, model: str | None) -> GenerationService:
+def chat_generator(engine: Engine, model: str | None) -> Capabilities:
     """The named generator, or for no name (or TGI's placeholders) the first with a chat template; a 400
     when it has none."""
-    if model is None or (model in PLACEHOLDER_MODELS and model not in engine.services):
+    if model is None or (model in PLACEHOLDER_MODELS and model not in engine.capabilities):
         with_template = chat_models(engine)
-        generator = engine.require(GenerationService, with_template[0] if with_template else None)
-    else:
-        generator = engine.require(GenerationService, model)
+        model = with_template[0] if with_template else None
+    generator = engine.resolve(model, GENERATION.name)
     if generator.chat_template is None:
         raise ApiError(
             400,
@@ -119,16 +117,6 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-async def render(
-    generator: GenerationService, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-) -> str:
-    """The prompt text, rendered in the template's sandbox process (bounded in time and memory) from a worker
-    thread, so that the event loop (and every stream on it) never waits for a template."""
-    template = generator.chat_template
-    assert template is not None  # chat_generator refuses a model without one
-    return await asyncio.to_thread(template.render, messages, tools)
-
-
 def _finish(result: GenerationResult, called: bool) -> str:
     """OpenAI's finish_reason: tool_calls when the model ended after calling (the budget's end stays length)."""
     return "tool_calls" if called and result.finish_reason != "length" else FINISH[result.finish_reason]
@@ -150,12 +138,12 @@ class _Tools:
         return content, [ToolCall.model_validate(c.as_openai()) for c in calls[: self.max_calls]]
 
 
-def _tool_calling(body: ChatCompletionRequest, generator: GenerationService) -> tuple[_Tools, Constraint | None]:
+def _tool_calling(body: ChatCompletionRequest, generator: Capabilities) -> tuple[_Tools, Constraint | None]:
     """The request's tool format and, for `required` or a named function, the grammar that forces a call."""
     template = generator.chat_template
     if body.tool_mode == "none" or template is None or not body.tools:
         return _Tools(), None
-    fmt = tool_format(template.source)
+    fmt = tool_format(template)
     tools = _Tools(fmt, 1 if body.parallel_tool_calls is False else None)
     functions = [Function(t.function.name, t.function.parameters) for t in body.tools]
     if isinstance(body.tool_choice, NamedToolChoice):
@@ -166,12 +154,12 @@ def _tool_calling(body: ChatCompletionRequest, generator: GenerationService) -> 
     return tools, None
 
 
-def _token(token_id: int, logprob: float, generator: GenerationService) -> ChatTopLogprob:
+def _token(token_id: int, logprob: float, generator: Capabilities) -> ChatTopLogprob:
     token = generator.tokenizer.decode([token_id])  # the token's own text, as /v1/completions' logprobs
     return ChatTopLogprob(token=token, logprob=logprob, bytes=list(token.encode()))
 
 
-def chat_logprobs(tokens: list[TokenEvent], generator: GenerationService) -> ChatLogprobs:
+def chat_logprobs(tokens: list[TokenEvent], generator: Capabilities) -> ChatLogprobs:
     content = []
     for e in tokens:
         chosen = _token(e.id, e.logprob if e.logprob is not None else 0.0, generator)
@@ -184,7 +172,7 @@ class _ChatChunks:
     """The `chat.completion.chunk` events of one streamed response (the StreamChunks of completions.py)."""
 
     def __init__(
-        self, model: str, body: ChatCompletionRequest, prompt_tokens: int, generator: GenerationService, tools: _Tools
+        self, model: str, body: ChatCompletionRequest, prompt_tokens: int, generator: Capabilities, tools: _Tools
     ) -> None:
         self.id, self.created, self.model = f"chatcmpl-{new_request_id()}", int(time.time()), model
         self.body, self.prompt_tokens, self.generator = body, prompt_tokens, generator
@@ -260,9 +248,9 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
     generator = chat_generator(engine, body.model)
     tools, forced = _tool_calling(body, generator)
     rendered_tools = [t.template_form() for t in body.tools or []] if tools.format is not None else None
-    prompt = await render(generator, template_messages(body.messages), rendered_tools)  # a 422 if refused
+    messages = ChatMessages(template_messages(body.messages), rendered_tools)  # rendered by the engine
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    job = openai_job(body, [prompt], ["messages"], body.max_new_tokens, logprobs, generator.name, chat=True)
+    job = openai_job(body, messages, ["messages"], body.max_new_tokens, logprobs, generator.name)
     if forced is not None:
         job = dataclasses.replace(job, constraint=forced)
     with fields_as_sent({"max_new_tokens": body.max_tokens_field}):

@@ -13,6 +13,7 @@ from service.api.openai.schemas import OpenAISampling
 from service.api.sampling import sampling_given, sampling_params, stop_strings
 from service.api.sse import sse
 from service.engine.errors import EngineError
+from service.engine.tasks.generation.chat_template import ChatMessages
 from service.engine.tasks.generation.decoding import GenerationResult, TokenEvent
 from service.engine.tasks.generation.service import GenerationJob
 
@@ -21,19 +22,19 @@ FINISH = {"eos": "stop", "stop": "stop", "length": "length", "error": "error"}
 
 def openai_job(
     body: OpenAISampling,
-    prompts: list[str | list[int]],
+    prompts: list[str | list[int]] | ChatMessages,
     fields: list[str],
     max_new_tokens: int | None,
     logprobs: int | None,
     model: str | None,
     score_prompts: int | None = None,
-    chat: bool = False,
 ) -> GenerationJob:
     """The engine job of an OpenAI request (completions, chat completions): one sequence per (prompt, choice),
-    choice i of prompt j is j * n + i, as OpenAI numbers them. A `chat` prompt is rendered by the model's
-    template (no special tokens added) and without a budget fills the context, as OpenAI's chat does."""
+    choice i of prompt j is j * n + i, as OpenAI numbers them. Chat messages are rendered by the model's
+    template (no special tokens added) and without a budget fill the context, as OpenAI's chat does."""
+    chat, texts = (prompts, []) if isinstance(prompts, ChatMessages) else (None, prompts)
     return GenerationJob(
-        prompts,
+        texts,
         fields,
         max_new_tokens=max_new_tokens,
         sampling=sampling_params(
@@ -49,9 +50,9 @@ def openai_job(
         n=body.n,
         score_prompts=score_prompts,
         model=model,
-        add_special_tokens=not chat,  # a rendered chat: its template wrote the special tokens
-        fill_context_by_default=chat,
+        fill_context_by_default=chat is not None,
         constraint=body.constraint(),
+        chat=chat,
     )
 
 

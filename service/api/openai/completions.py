@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from contract.kinds import GENERATION
 from service.api.asgi.lean_route import LeanRoute
 from service.api.asgi.tracing import new_request_id
 from service.api.deps import EngineDep, unless_disconnected
@@ -16,9 +17,10 @@ from service.api.native.schemas import Usage
 from service.api.openai.common import FINISH, openai_job, openai_stream, usage
 from service.api.openai.schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from service.api.sse import sse, streaming_response
+from service.engine.capabilities import Capabilities
 from service.engine.tasks.generation.decoding import GenerationResult, TokenEvent
 from service.engine.tasks.generation.scoring import TokenScore
-from service.engine.tasks.generation.service import GenerationJob, GenerationService
+from service.engine.tasks.generation.service import GenerationJob
 
 router = APIRouter(tags=["openai"], route_class=LeanRoute)
 
@@ -44,7 +46,7 @@ def _job(body: CompletionRequest, model: str) -> GenerationJob:
     return openai_job(body, prompts, fields, body.max_tokens, body.logprobs, model, score_prompts=score_prompts)
 
 
-def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: GenerationService) -> list[str]:
+def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: Capabilities) -> list[str]:
     """The echoed text of each choice ("" without echo)."""
     if not body.echo:
         return [""] * (len(prompt_ids) * body.n)
@@ -55,7 +57,7 @@ def _echoes(body: CompletionRequest, prompt_ids: list[list[int]], generator: Gen
     return [text for text in texts for _ in range(body.n)]
 
 
-def _prompt_logprobs(scores: list[TokenScore], generator: GenerationService) -> CompletionLogprobs:
+def _prompt_logprobs(scores: list[TokenScore], generator: Capabilities) -> CompletionLogprobs:
     """The echoed prompt's logprobs: the first token has none (null), as in OpenAI's API."""
     texts = [generator.tokenizer.decode([t.id]) for t in scores]
     offsets = [sum(len(t) for t in texts[:i]) for i in range(len(texts))]
@@ -83,7 +85,7 @@ def _joined(first: CompletionLogprobs | None, then: CompletionLogprobs | None) -
 
 
 def _scored_prompts(
-    scores: list[list[TokenScore]] | None, prompts: int, n: int, generator: GenerationService
+    scores: list[list[TokenScore]] | None, prompts: int, n: int, generator: Capabilities
 ) -> list[CompletionLogprobs | None]:
     """One entry per choice: the prompt's logprobs when echo and logprobs are both asked for."""
     if scores is None:
@@ -96,7 +98,7 @@ def _echo_only(prompt_ids: list[list[int]], n: int) -> list[GenerationResult]:
     return [GenerationResult("", "length", len(ids), 0, 0, []) for ids in prompt_ids for _ in range(n)]
 
 
-def _logprobs(tokens: list[TokenEvent], offset: int, generator: GenerationService) -> CompletionLogprobs:
+def _logprobs(tokens: list[TokenEvent], offset: int, generator: Capabilities) -> CompletionLogprobs:
     texts = [generator.tokenizer.decode([t.id]) for t in tokens]
     offsets, at = [], offset
     for text in texts:
@@ -123,7 +125,7 @@ class _Chunks:
         prompt_ids: list[list[int]],
         echoes: list[str],
         echo_logprobs: list[CompletionLogprobs | None],
-        generator: GenerationService,
+        generator: Capabilities,
     ) -> None:
         self.id, self.created, self.model = f"cmpl-{new_request_id()}", int(time.time()), model
         self.body, self.prompt_ids, self.echoes, self.generator = body, prompt_ids, echoes, generator
@@ -181,7 +183,7 @@ class _Chunks:
     "/v1/completions", response_model=CompletionResponse, responses={200: {"content": {"text/event-stream": {}}}}
 )
 async def completions(body: CompletionRequest, engine: EngineDep, request: Request) -> Any:
-    generator = engine.require(GenerationService, body.model)  # 404 model_not_loaded (OpenAI's code: model_not_found)
+    generator = engine.resolve(body.model, GENERATION.name)  # 404 model_not_loaded (OpenAI's code: model_not_found)
     with fields_as_sent(FIELDS):
         handle = await engine.submit(_job(body, generator.name))
     prompt_ids = handle.prompt_ids

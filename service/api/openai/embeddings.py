@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field
 
 from service.api.asgi.lean_route import LeanRoute
 from service.api.deps import EngineDep, unless_disconnected
-from service.api.native.schemas import MAX_EMBEDDING_INPUTS, EmbeddingInputs, Response
+from service.api.native.schemas import MAX_EMBEDDING_INPUTS, Dimensions, EmbeddingInputs, Response
 from service.api.native.schemas import Request as StrictRequest
 from service.engine.tasks.embedding.service import Embedding, EmbeddingJob, EmbedInput
 
@@ -37,7 +37,7 @@ class EmbeddingRequest(StrictRequest):
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector's little-endian float32 bytes, as OpenAI's"
     )
-    dimensions: int | None = Field(None, ge=1, description="keep the first n dimensions (models trained for it)")
+    dimensions: Dimensions = None
     user: str | None = Field(None, description="accepted and ignored")
 
 

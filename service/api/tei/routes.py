@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.kinds import CLASSIFICATION, EMBEDDING
 from service.api.asgi.error_rewrite import ErrorShapeMiddleware
 from service.api.asgi.lean_route import LeanRoute
 from service.api.deps import EngineDep, unless_disconnected
@@ -16,15 +17,17 @@ from service.api.errors import ApiError
 from service.api.native.schemas import (
     MAX_EMBEDDING_INPUTS,
     AnyCaseTruncationSide,
+    Dimensions,
     EmbeddingInputs,
     Lenient,
     Text,
     bounded,
     truncation_side,
 )
+from service.engine.capabilities import Capabilities
 from service.engine.engine import Engine
-from service.engine.tasks.classification.service import ClassificationJob, ClassificationService
-from service.engine.tasks.embedding.service import EmbeddingJob, EmbeddingService, EmbedInput
+from service.engine.tasks.classification.service import ClassificationJob
+from service.engine.tasks.embedding.service import EmbeddingJob, EmbedInput
 
 router = APIRouter(tags=["text embeddings inference"], route_class=LeanRoute)
 
@@ -40,7 +43,7 @@ class EmbedRequest(Lenient):
     truncate: bool = Field(False, description="cut an input past the model's limit instead of a 422")
     truncation_direction: AnyCaseTruncationSide = "right"
     prompt_name: None = Field(None, description="not supported: this server's models have no prompts (must be null)")
-    dimensions: int | None = Field(None, ge=1, description="keep the first n dimensions (models trained for it)")
+    dimensions: Dimensions = None
 
 
 class RerankRequest(Lenient):
@@ -84,18 +87,17 @@ async def embed(body: EmbedRequest, engine: EngineDep, request: Request) -> list
     return [e.vector for e in await unless_disconnected(request, handle.results())]
 
 
-def reranker_or_none(engine: Engine) -> ClassificationService | None:
+def reranker_or_none(engine: Engine) -> Capabilities | None:
     """The first served one-label classification model: a cross-encoder, whose logit is a relevance score."""
-    rerankers = (s for s in engine.services.values() if isinstance(s, ClassificationService) and len(s.labels) == 1)
-    return next(rerankers, None)
+    return next((m for m in engine.served().values() if m.task == CLASSIFICATION.name and m.reranks), None)
 
 
-def reranker(engine: Engine) -> ClassificationService:
+def reranker(engine: Engine) -> Capabilities:
     found = reranker_or_none(engine)
     if found is not None:
         return found
-    classifiers = [s for s in engine.services.values() if isinstance(s, ClassificationService)]
-    served = ", ".join(f"{s.name!r} ({len(s.labels)} labels)" for s in classifiers) or "none"
+    classifiers = [m for m in engine.served().values() if m.task == CLASSIFICATION.name]
+    served = ", ".join(f"{m.name!r} ({len(m.labels)} labels)" for m in classifiers) or "none"
     raise ApiError(
         404, "model_not_loaded", f"no reranker (a classification model with one label) is served; classifiers: {served}"
     )
@@ -121,27 +123,31 @@ async def rerank(body: RerankRequest, engine: EngineDep, request: Request) -> li
     return sorted(ranks, key=lambda rank: -rank.score)  # stable: ties keep the texts' order
 
 
-def _model_type(service: EmbeddingService | ClassificationService) -> dict[str, Any]:
-    if isinstance(service, EmbeddingService):
-        return {"embedding": {"pooling": service.artifact.pooling}}
-    id2label = dict(enumerate(service.labels))
+def _model_type(model: Capabilities) -> dict[str, Any]:
+    if model.task == EMBEDDING.name:
+        return {"embedding": {"pooling": model.artifact.pooling}}
+    id2label = dict(enumerate(model.labels))
     labels = {"id2label": {str(i): label for i, label in id2label.items()},
               "label2id": {label: i for i, label in id2label.items()}}  # fmt: skip
-    return {"reranker" if len(service.labels) == 1 else "classifier": labels}
+    return {"reranker" if model.reranks else "classifier": labels}
 
 
-def tei_info(engine: Engine, service: EmbeddingService | ClassificationService | None = None) -> dict[str, Any]:
-    """TEI's /info fields (those TGI's lacks) for `service`, else the default embedding model, else the default
-    classifier; empty when neither is served."""
-    service = service or engine.embedder or engine.classifier
-    if service is None:
+# The tasks whose models TEI serves: its /info describes them.
+TEI_TASKS = (EMBEDDING.name, CLASSIFICATION.name)
+
+
+def tei_info(engine: Engine, model: Capabilities | None = None) -> dict[str, Any]:
+    """TEI's /info fields (those TGI's lacks) for `model`, else the default embedding model, else the default
+    classifier; empty when neither is served (or `model` is of another task)."""
+    model = model or engine.default_model(EMBEDDING.name) or engine.default_model(CLASSIFICATION.name)
+    if model is None or model.task not in TEI_TASKS:
         return {}
     settings = engine.settings
     return {
-        "model_type": _model_type(service),
-        "embedding_model_id": service.name,
-        "max_input_length": service.max_tokens,
-        "max_batch_tokens": service.max_tokens * settings.max_batch_size,
+        "model_type": _model_type(model),
+        "embedding_model_id": model.name,
+        "max_input_length": model.max_input_tokens,
+        "max_batch_tokens": model.max_input_tokens * settings.max_batch_size,
         "max_batch_requests": settings.max_batch_size,
         "auto_truncate": False,
         "tokenization_workers": 1,

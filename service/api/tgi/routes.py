@@ -8,16 +8,18 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from contract.kinds import GENERATION
 from service.api.asgi.lean_route import LeanRoute
 from service.api.deps import EngineDep, unless_disconnected
 from service.api.errors import fields_as_sent
 from service.api.sampling import tgi_sampling
 from service.api.sse import event_stream, sse, stream_doc
 from service.api.tgi.schemas import FINISH, TGI_FIELDS, TgiParameters, TgiRequest
+from service.engine.capabilities import Capabilities
 from service.engine.engine import Engine
 from service.engine.tasks.generation.decoding import GenerationResult, TokenEvent
 from service.engine.tasks.generation.scoring import TokenScore
-from service.engine.tasks.generation.service import GenerationHandle, GenerationJob, GenerationService
+from service.engine.tasks.generation.service import GenerationHandle, GenerationJob
 
 router = APIRouter(tags=["hugging face"], route_class=LeanRoute)
 
@@ -38,7 +40,7 @@ def _job(body: TgiRequest, model: str) -> GenerationJob:
     )
 
 
-async def _submit(engine: Engine, generator: GenerationService, body: TgiRequest) -> GenerationHandle:
+async def _submit(engine: Engine, generator: Capabilities, body: TgiRequest) -> GenerationHandle:
     with fields_as_sent(TGI_FIELDS):
         return await engine.submit(_job(body, generator.name))
 
@@ -51,13 +53,13 @@ def _top_tokens(event: TokenEvent) -> list[dict[str, Any]]:
     return [{"id": t.id, "text": t.text, "logprob": t.logprob, "special": False} for t in event.top_logprobs or []]
 
 
-def _prefill(generator: GenerationService, scores: list[list[TokenScore]] | None) -> list[dict[str, Any]]:
+def _prefill(generator: Capabilities, scores: list[list[TokenScore]] | None) -> list[dict[str, Any]]:
     (prompt,) = scores or [[]]
     return [{"id": s.id, "text": generator.tokenizer.decode([s.id]), "logprob": s.logprob} for s in prompt]
 
 
 async def _tgi_generate(
-    engine: Engine, generator: GenerationService, body: TgiRequest, request: Request
+    engine: Engine, generator: Capabilities, body: TgiRequest, request: Request
 ) -> dict[str, Any]:
     p = body.parameters
     handle = await _submit(engine, generator, body)
@@ -83,7 +85,7 @@ def _tgi_error(type: str, message: str, field: str | None) -> str:
     return sse({"error": message, "error_type": type, "field": field})
 
 
-async def _tgi_stream(engine: Engine, generator: GenerationService, body: TgiRequest, request: Request) -> Any:
+async def _tgi_stream(engine: Engine, generator: Capabilities, body: TgiRequest, request: Request) -> Any:
     p = body.parameters
     handle = await _submit(engine, generator, body)
     (ids,) = handle.prompt_ids
@@ -103,7 +105,8 @@ async def _tgi_stream(engine: Engine, generator: GenerationService, body: TgiReq
             "input_length": len(ids),
         }
         # An end token as the first token: no token event came (the end token is none); TGI sends it.
-        last = held[0] if held else TokenEvent(0, generator.model.eos, event.tail, True)
+        assert generator.end_id is not None  # a generator's capabilities name its end token
+        last = held[0] if held else TokenEvent(0, generator.end_id, event.tail, True)
         return _tgi_chunk(last, p, text, details)
 
     return await event_stream(request, events, render, _tgi_error)
@@ -121,7 +124,7 @@ def _tgi_chunk(token: TokenEvent, p: TgiParameters, text: str | None, details: d
 
 
 async def tgi_answer(
-    engine: Engine, generator: GenerationService, body: TgiRequest, request: Request, as_list: bool
+    engine: Engine, generator: Capabilities, body: TgiRequest, request: Request, as_list: bool
 ) -> Any:
     """TGI's answer (or stream); the Inference API's text-generation gets it as a list."""
     if body.stream:
@@ -135,10 +138,10 @@ TGI_STREAM_DOC = stream_doc("TGI's `data:` token events, the last one with `gene
 
 @router.post("/generate", summary="TGI: generate text", responses=TGI_STREAM_DOC)
 async def tgi_generate(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
-    return await tgi_answer(engine, engine.require(GenerationService), body, request, as_list=False)
+    return await tgi_answer(engine, engine.resolve(None, GENERATION.name), body, request, as_list=False)
 
 
 @router.post("/generate_stream", summary="TGI: generate text as Server-Sent Events", responses=TGI_STREAM_DOC)
 async def tgi_generate_stream(body: TgiRequest, engine: EngineDep, request: Request) -> Any:
     streamed = body.model_copy(update={"stream": True})
-    return await tgi_answer(engine, engine.require(GenerationService), streamed, request, as_list=False)
+    return await tgi_answer(engine, engine.resolve(None, GENERATION.name), streamed, request, as_list=False)

@@ -3,7 +3,7 @@ generation and translation (one queue, one timeout and cancellation mechanism, o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,6 +12,7 @@ from tokenizers import Encoding, Tokenizer
 from contract.kinds import CLASSIFICATION
 from contract.names import ATTENTIONS, LOGITS, TOKEN_TYPE_IDS, layer_names
 from service.engine.attention import check_budget, check_length, to_json
+from service.engine.capabilities import Capabilities
 from service.engine.encoder_batch import Company, encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
@@ -154,6 +155,9 @@ class ClassificationService(TaskService[ClassificationSequence]):
         self.labels = list(artifact.labels)
         self.model = ClassificationModel(artifact, session, self.tokenizer)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
+
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities(), labels=tuple(self.labels))
 
     @property
     def max_tokens(self) -> int:

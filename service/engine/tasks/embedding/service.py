@@ -5,7 +5,7 @@ first `dimensions` where the model allows it, and runs each scheduled batch in r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -13,6 +13,7 @@ from tokenizers import Encoding
 
 from contract.kinds import EMBEDDING
 from contract.names import EMBEDDINGS, TOKEN_TYPE_IDS
+from service.engine.capabilities import Capabilities
 from service.engine.encoder_batch import Company, encoder_feeds, run_in_groups
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
@@ -101,6 +102,9 @@ class EmbeddingService(TaskService[EmbeddingSequence]):
         self.model = EmbeddingModel(artifact, session)
         self.scheduler = Scheduler.from_settings(self.name, self.model, settings, metrics)
         self.dimensions = artifact.dims["d_model"]
+
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities(), dimensions=self.dimensions)
 
     @property
     def max_tokens(self) -> int:

@@ -7,6 +7,7 @@ bounds, else the server exits with one line) and when it is imported (scripts/im
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from service.engine.errors import InvalidInput
@@ -14,6 +15,15 @@ from service.engine.tasks.generation.template_process import DEFAULT_MEMORY_BYTE
 from service.engine.tasks.generation.template_sandbox import COMPILE, LIMIT, TEMPLATE_ERROR, UNSAFE
 from service.runtime.artifact import ArtifactError
 from service.runtime.chat_template_spec import ChatTemplateSpec
+
+
+@dataclass(frozen=True)
+class ChatMessages:
+    """A chat request's messages (and tools), as apply_chat_template takes them: the model's template renders
+    them into the prompt when the job is submitted."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
 
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_MAX_CHARS = 4 << 20

@@ -12,13 +12,14 @@ from tokenizers import Encoding
 from contract.kinds import GENERATION
 from service.engine.attention import check_budget, check_length
 from service.engine.cache.in_place import InPlaceDecoder
+from service.engine.capabilities import Capabilities
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
 from service.engine.scheduling import Scheduler
 from service.engine.sequence import DecodeModel
 from service.engine.task_service import TaskService, list_field
-from service.engine.tasks.generation.chat_template import ChatTemplate
+from service.engine.tasks.generation.chat_template import ChatMessages, ChatTemplate
 from service.engine.tasks.generation.constraints import CompiledGrammar, Constraint
 from service.engine.tasks.generation.decoding import (
     GenerationModel,
@@ -62,6 +63,7 @@ class GenerationJob:
     # DEFAULT_MAX_NEW_TOKENS; SERVE_MAX_NEW_TOKENS still caps it.
     fill_context_by_default: bool = False
     constraint: Constraint | None = None  # what every choice must match (constraints.py)
+    chat: ChatMessages | None = None  # rendered by the model's chat template into the one prompt
 
 
 class GenerationHandle(Handle[TokenEvent, GenerationResult]):
@@ -109,6 +111,12 @@ class GenerationService(TaskService[GenerationSequence]):
             )
             if artifact.chat_template is not None
             else None
+        )
+
+    def capabilities(self) -> Capabilities:
+        source = self.chat_template.source if self.chat_template is not None else None
+        return replace(
+            super().capabilities(), max_input_tokens=self.max_prompt_tokens, chat_template=source, end_id=self.model.eos
         )
 
     @property
@@ -234,6 +242,8 @@ class GenerationService(TaskService[GenerationSequence]):
 
     async def submit(self, job: GenerationJob) -> GenerationHandle:
         """Validate and queue the whole job, or raise (422, 429) with nothing queued."""
+        if job.chat is not None:
+            job = replace(job, prompts=[await self.render(job.chat)], add_special_tokens=False)
         limit = self.max_scored_tokens if job.max_new_tokens == 0 else self.max_prompt_tokens
         texts = [p for p in job.prompts if isinstance(p, str)]
         cut = None if job.truncate is not None else limit
@@ -253,6 +263,13 @@ class GenerationService(TaskService[GenerationSequence]):
         if job.score_prompts is not None:
             handle.scores = asyncio.ensure_future(self.scorer.score(prompt_ids, job.score_prompts, deadline))
         return handle
+
+    async def render(self, chat: ChatMessages) -> str:
+        """The prompt text, rendered in the template's sandbox process (bounded in time and memory) from a
+        worker thread, so that the event loop (and every stream on it) never waits for a template."""
+        if self.chat_template is None:
+            raise InvalidInput(f"model {self.name!r} has no chat template to render chat messages", "messages")
+        return await asyncio.to_thread(self.chat_template.render, chat.messages, chat.tools)
 
     async def warmup(self) -> None:
         """A short and a longer prompt in one batch, then a lone one, truncated to the limits."""

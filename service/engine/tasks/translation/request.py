@@ -10,11 +10,13 @@ from service.engine.sequence import Sequence
 from service.engine.tokens.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
+DEFAULT_BEAMS = 4  # the model card measures beam search with 4 (artifacts/translator/card.md)
+MAX_BEAMS = 16  # beams are batch rows: SERVE_MAX_BATCH_SIZE caps them too
 
 
 @dataclass(frozen=True)
 class TranslationParams:
-    num_beams: int = 4
+    num_beams: int = DEFAULT_BEAMS
     n_best: int = 1
     length_penalty: float = 1.0  # score = sum(logprob) / length ** length_penalty, the end token counted
     max_new_tokens: int | None = None  # None: 2 * source length + 16, within the server cap

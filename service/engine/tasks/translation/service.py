@@ -3,13 +3,14 @@ builds one sequence per source text, and queues them on the model's scheduler.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, cast
 
 from tokenizers import Encoding
 
 from contract.kinds import TRANSLATION
 from service.engine.attention import check_budget, check_length
+from service.engine.capabilities import Capabilities
 from service.engine.errors import InvalidInput
 from service.engine.handle import Handle
 from service.engine.metrics import Metrics
@@ -24,11 +25,10 @@ from service.engine.tasks.translation.decoding import (
     TranslationSequence,
 )
 from service.engine.tasks.translation.languages import Languages
+from service.engine.tasks.translation.request import MAX_BEAMS
 from service.runtime.artifact import Artifact
 from service.runtime.sessions import GraphSession
 from service.settings import Settings
-
-MAX_BEAMS = 16
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class TranslationService(TaskService[TranslationSequence]):
         model = cast("DecodeModel[TranslationSequence]", self.model)
         self.scheduler = Scheduler.from_settings(self.name, model, settings, metrics)
         self.languages = Languages(artifact.languages, artifact.forced_bos_token_id, artifact.special_tokens["eos"])
+
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities(), max_target_tokens=self.max_target_tokens)
 
     @property
     def max_source_tokens(self) -> int:
