@@ -17,27 +17,16 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from contract.names import (
-    ATTENTION_MASK,
-    ATTENTIONS,
-    CROSS,
-    CROSS_ATTENTIONS,
-    LOGITS,
-    PRESENT,
-    TOP_IDS,
-    TOP_K,
-    TOP_LOGPROBS,
-    layer_names,
-)
-from service.engine.attention import RowAttention, to_json
+from contract.names import ATTENTION_MASK, CROSS, LOGITS, PRESENT, TOP_IDS, TOP_K, TOP_LOGPROBS
+from service.engine.attention import RowAttention
 from service.engine.cache.appended import CrossState, KVCache, kv_names
 from service.engine.encoder_batch import encoder_feeds
 from service.engine.metrics import Metrics
 from service.engine.sequence import Emit, Sequence
+from service.engine.tasks.translation.attention_maps import AttentionOutputs, attention_json
 from service.engine.tasks.translation.beam_search import (
     BeamPool,
     Candidates,
-    Finished,
     Targets,
     banned_ngrams,
     beam_step,
@@ -108,18 +97,23 @@ class TranslationModel:
         self.metrics = metrics
         self.vocab_size = artifact.vocab_size
         self.pad, self.bos, self.eos = (artifact.special_tokens[k] for k in ("pad", "bos", "eos"))
-        n_dec, n_enc = artifact.n_decoder_layers, artifact.dims["n_encoder_layers"]
-        self.n_layers = n_dec
+        n_dec = self.n_layers = artifact.n_decoder_layers
         self.cross = kv_names(CROSS, n_dec)
         self.present = kv_names(PRESENT, n_dec)
-        enc_attn = layer_names(ATTENTIONS, n_enc)
-        dec_attn = layer_names(ATTENTIONS, n_dec) + layer_names(CROSS_ATTENTIONS, n_dec)
-        has_attention = all(encoder.has_output(n) for n in enc_attn) and all(decoder.has_output(n) for n in dec_attn)
-        self.encoder_attention = enc_attn if has_attention else []
-        self.decoder_attention = dec_attn if has_attention else []
+        self.attention_outputs = AttentionOutputs(encoder, decoder, artifact.dims["n_encoder_layers"], n_dec)
         self.ttft = metrics.time_to_first_token.labels(name)
         self.itl = metrics.inter_token_latency.labels(name)
         self.tokens = metrics.generated_tokens.labels(name)
+
+    @property
+    def encoder_attention(self) -> list[str]:
+        """The encoder's attention outputs (empty where the graphs lack them: no maps are served)."""
+        return self.attention_outputs.encoder
+
+    @property
+    def decoder_attention(self) -> list[str]:
+        """The decoder's self-attention outputs, then its cross-attention ones (empty: as above)."""
+        return self.attention_outputs.decoder
 
     def place(self, cross: CrossState) -> CrossState:
         """Cross K/V is fed at every step: keep it on the decoder's device (a no-op on CPU)."""
@@ -152,10 +146,10 @@ class TranslationModel:
     def _encoder_maps(self, requests: list[_Request]) -> None:
         """The encoder's maps of the requests that asked, from a run of their own: a run returns maps for
         every row, and the batch's other sources (up to 64, of up to 512 tokens) would make them hundreds of MB."""
-        out = self.encoder.run(self._sources(requests), self.encoder_attention)
-        for i, r in enumerate(requests):
-            n = len(r.seq.src_ids)
-            r.encoder_attention = [out[name][i, :, :n, :n].copy() for name in self.encoder_attention]
+        out = self.encoder.run(self._sources(requests), self.attention_outputs.encoder)
+        maps = self.attention_outputs.of_sources(out, [len(r.seq.src_ids) for r in requests])
+        for r, encoder_maps in zip(requests, maps, strict=True):
+            r.encoder_attention = encoder_maps
 
     def _request(self, seq: TranslationSequence) -> _Request:
         p = seq.params
@@ -171,20 +165,11 @@ class TranslationModel:
             Hypothesis(t, float(f.score), float(f.logprob), f.tokens) for t, f in zip(texts, best, strict=True)
         ]
         self.tokens.inc(sum(len(f.tokens) for f in best))
-        attention = self.attention(req, best[0]) if req.seq.params.return_attention and best else None
+        attention = None
+        if req.seq.params.return_attention and best:
+            names, heads = self.tokenizer.id_to_token, self.artifact.n_heads
+            attention = attention_json(names, self.bos, heads, req.seq.src_ids, best[0], req.encoder_attention)
         return TranslationResult(hypotheses, len(req.seq.src_ids), attention, req.tail)
-
-    def attention(self, req: _Request, best: Finished) -> dict[str, Any]:
-        src = req.seq.src_ids
-        maps = best.extra.maps(len(best.tokens), self.artifact.n_heads, len(src))
-        names = self.tokenizer.id_to_token
-        return {
-            "source_tokens": [names(t) for t in src],
-            "target_tokens": [names(t) for t in best.tokens],
-            "decoder_input_tokens": [names(t) for t in [self.bos, *best.tokens[:-1]]],
-            "encoder": [to_json(a) for a in req.encoder_attention],
-            **maps,
-        }
 
 
 class TranslationBatch(SequenceBatch[_Request]):
@@ -248,7 +233,7 @@ class TranslationBatch(SequenceBatch[_Request]):
         out = m.decoder.run(feeds, wanted, keep=m.present)
         cache = self.cache.advance(out, new_mask)
         if self.attention is not None:
-            self._record_attention(out, cache)
+            m.attention_outputs.record(self.attention, out, cache.mask, self.cross.mask)
         last = forced_logits(out[LOGITS][:, -1], forced) if logits else None
         top = (out[TOP_LOGPROBS], out[TOP_IDS]) if head else None
         now = StepOutput(last, top, k, banned, offsets, [])
@@ -361,20 +346,6 @@ class TranslationBatch(SequenceBatch[_Request]):
         self.requests, self.counts = [self.requests[i] for i in keep.tolist()], counts[keep]
         self.beam, self.texts = self.beam[keep], self.texts[keep]
         self.next_ids = tokens.astype(np.int64).reshape(-1, 1)
-
-    def _record_attention(self, out: dict[str, Any], cache: KVCache) -> None:
-        assert self.attention is not None
-        n = self.model.n_layers
-        self_maps, cross_maps = self.model.decoder_attention[:n], self.model.decoder_attention[n:]
-        for row, rows in enumerate(self.attention):
-            if rows is not None:
-                keys = cache.mask[row].astype(bool)  # drop left padding
-                src = int(self.cross.mask[row].sum())  # drop right padding
-                # Copies (the mask indexing copies already): a view would keep every row's step maps.
-                rows.record(
-                    [out[name][row][:, :, keys] for name in self_maps],
-                    [out[name][row][:, :, :src].copy() for name in cross_maps],
-                )
 
     def _take(self, requests: list[int]) -> TranslationBatch | None:
         if not requests:
