@@ -92,3 +92,33 @@ def test_routes_never_touch_onnx_runtime() -> None:
         found = imports(path)
         assert "onnxruntime" not in roots(found), path
         assert not any(n.startswith("service.runtime") for n in found), path
+
+
+def _service_types_checked(source: str) -> list[str]:
+    """The service types (names ending in "Service") that `isinstance` calls in `source` check, with their
+    lines; a union or a tuple of types counts each member."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            types = node.args[1] if len(node.args) == 2 else ast.Constant(None)
+            names = sorted({n.id for n in ast.walk(types) if isinstance(n, ast.Name) and n.id.endswith("Service")})
+            found += [f"{node.lineno}: {name}" for name in names]
+    return found
+
+
+def test_only_the_registry_tells_services_apart() -> None:
+    """The protocols ask a model's Capabilities and the task registry what it can do; only the registry
+    (service/engine/registry.py) checks which service class runs a model."""
+    registry = SERVICE / "engine" / "registry.py"
+    found = {
+        str(path.relative_to(REPO)): hits
+        for path in SERVICE.rglob("*.py")
+        if path != registry and (hits := _service_types_checked(path.read_text()))
+    }
+    assert not found, found
+
+
+def test_the_service_type_check_reads_unions_and_tuples() -> None:
+    source = "isinstance(s, GenerationService | ClassificationService)\nisinstance(s, (int, EmbeddingService))\n"
+    source += "isinstance(s, int)\n"
+    assert _service_types_checked(source) == ["1: ClassificationService", "1: GenerationService", "2: EmbeddingService"]

@@ -12,6 +12,7 @@ from typing import Any
 from service.engine.engine import Engine
 from service.engine.errors import EngineError, InferenceFailed
 from service.engine.handle import Handle
+from service.engine.registry import as_service
 from service.engine.sequence import Sequence
 from service.engine.tasks.generation.service import GenerationService
 from service.multiprocess.wire import CANCEL, EVENT, FAILED, SCORE, SCORED, STATE, SUBMIT, UNSCORE, Link, Message
@@ -93,8 +94,8 @@ class FrontEnd:
         self.requests[rid] = handle
 
     async def _score(self, rid: int, model: str, prompts: list[list[int]], top_k: int, deadline: float | None) -> None:
-        service = self.engine.services[model]
-        assert isinstance(service, GenerationService)
+        service = as_service(self.engine.services[model], GenerationService)
+        assert service is not None  # front ends send scorings for generators only
         outcome: Any
         try:
             outcome = await service.scorer.score(prompts, top_k, deadline)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, overload
 from service.engine.engine import Engine
 from service.engine.errors import EngineError, Unavailable
 from service.engine.handle import Handle
+from service.engine.registry import as_service
 from service.engine.sequence import Sequence
 from service.engine.tasks.generation.scoring import TokenScore
 from service.engine.tasks.generation.service import GenerationService
@@ -233,8 +234,9 @@ def attach_front(engine: Engine, sock: socket.socket, on_gone: Callable[[], None
     link = EngineLink(sock, on_gone)
     for service in engine.services.values():
         service.scheduler = RemoteScheduler(service.name, link)
-        if isinstance(service, GenerationService):
-            service.scorer = RemoteScorer(service.name, link)
+        generator = as_service(service, GenerationService)
+        if generator is not None:
+            generator.scorer = RemoteScorer(service.name, link)
     for info in engine.models.values():
         for session in info.sessions.values():
             session.detach()
