@@ -55,8 +55,47 @@ def _model_source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _complete(folder: Path) -> bool:
-    return all((folder / name / "golden.json").is_file() for name in MODELS)
+def _cached_build(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_name: str,
+    key: str,
+    done: list[str],
+    build: Callable[[Path], None],
+) -> Path:
+    """What `build` writes into a folder, kept in pytest's cache as ``<cache_name>/<key>`` (the folders of
+    other keys removed) and built again (into a staging folder, then copied) when a file of `done` (paths
+    relative to it) is missing."""
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir(cache_name)) if cache is not None else tmp_path_factory.mktemp(cache_name)
+    folder = root / key
+    if not all((folder / path).is_file() for path in done):
+        staging = tmp_path_factory.mktemp(f"{cache_name}-staging")
+        with warnings.catch_warnings():  # the builders' warnings are not about the tests
+            warnings.simplefilter("ignore")
+            build(staging)
+        for stale in root.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        shutil.copytree(staging, folder)
+    return folder
+
+
+def _tiny_export(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    cache_name: str,
+    names: tuple[str, ...],
+    in_place_cache: bool = False,
+) -> Path:
+    """Tiny artifacts `names` (model/export/tiny.py), exported once per source version."""
+
+    def export(staging: Path) -> None:
+        from model.export.tiny import export_tiny_artifacts
+
+        export_tiny_artifacts(staging, names, in_place_cache=in_place_cache)
+
+    done = [f"{name}/golden.json" for name in names]
+    return _cached_build(request, tmp_path_factory, cache_name, _model_source_hash(), done, export)
 
 
 @pytest.fixture(scope="session")
@@ -67,39 +106,13 @@ def tiny_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     """
     if override := os.environ.get("SERVE_TEST_ARTIFACTS"):
         return Path(override)
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("tiny-artifacts")) if cache is not None else tmp_path_factory.mktemp("tiny-artifacts")
-    folder = root / _model_source_hash()
-    if not _complete(folder):
-        from model.export.tiny import export_tiny_artifacts
-
-        staging = tmp_path_factory.mktemp("tiny-export")
-        with warnings.catch_warnings():  # the exporter's warnings are not about the tests
-            warnings.simplefilter("ignore")
-            export_tiny_artifacts(staging)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
+    return _tiny_export(request, tmp_path_factory, "tiny-artifacts", MODELS)
 
 
 @pytest.fixture(scope="session")
 def tiny_in_place_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny generator alone, its graph writing its cache in place (as an imported decoder's does)."""
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("tiny-in-place")) if cache is not None else tmp_path_factory.mktemp("tiny-in-place")
-    folder = root / _model_source_hash()
-    if not (folder / "generator" / "golden.json").is_file():
-        from model.export.tiny import export_tiny_artifacts
-
-        staging = tmp_path_factory.mktemp("tiny-in-place-export")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            export_tiny_artifacts(staging, ("generator",), in_place_cache=True)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
+    return _tiny_export(request, tmp_path_factory, "tiny-in-place", ("generator",), in_place_cache=True)
 
 
 @pytest.fixture(scope="session")
@@ -110,20 +123,7 @@ def tiny_encoder_artifacts(request: pytest.FixtureRequest, tmp_path_factory: pyt
     what it always did."""
     from model.export.tiny import TINY_ENCODERS
 
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir("tiny-encoders")) if cache is not None else tmp_path_factory.mktemp("tiny-encoders")
-    folder = root / _model_source_hash()
-    if not all((folder / name / "golden.json").is_file() for name in TINY_ENCODERS):
-        from model.export.tiny import export_tiny_artifacts
-
-        staging = tmp_path_factory.mktemp("tiny-encoder-export")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            export_tiny_artifacts(staging, TINY_ENCODERS)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
+    return _tiny_export(request, tmp_path_factory, "tiny-encoders", TINY_ENCODERS)
 
 
 @pytest.fixture(scope="session")
@@ -211,22 +211,16 @@ def _imported_checkpoints(
     cache under a digest of the model code, transformers' version, tests/hf_checkpoints.py and `sources`."""
     import transformers
 
-    cache = getattr(request.config, "cache", None)
-    root = Path(cache.mkdir(cache_name)) if cache is not None else tmp_path_factory.mktemp(cache_name)
     digest = hashlib.sha256((_model_source_hash() + transformers.__version__).encode())
     for source in (REPO / "tests" / "hf_checkpoints.py", *sources):
         digest.update(source.read_bytes())
-    folder = root / digest.hexdigest()[:16]
-    if not all((folder / "artifacts" / name / "golden.json").is_file() for name in names):
+
+    def build_and_import(staging: Path) -> None:
         from model.importing.hf_artifact import import_to_artifact
 
-        staging = tmp_path_factory.mktemp(f"{cache_name}-staging")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for name in names:
-                checkpoint = build(name, staging / "checkpoints" / name)
-                import_to_artifact(checkpoint, staging / "artifacts" / name, name, int8=False)
-        for stale in root.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        shutil.copytree(staging, folder)
-    return folder
+        for name in names:
+            checkpoint = build(name, staging / "checkpoints" / name)
+            import_to_artifact(checkpoint, staging / "artifacts" / name, name, int8=False)
+
+    done = [f"artifacts/{name}/golden.json" for name in names]
+    return _cached_build(request, tmp_path_factory, cache_name, digest.hexdigest()[:16], done, build_and_import)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from harness.reliability import sections
 from harness.reliability.harness import OVERLOAD_SETTINGS, SUITE_SETTINGS, LocalServer, Target
@@ -23,43 +26,26 @@ def passed(outcome: Outcome, record: list[Outcome], api_processes: str = "1") ->
     return outcome.passed
 
 
-async def test_schemathesis(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.schemathesis(suite_server, max_examples=8)
-    assert passed(outcome, record, api_processes), outcome.failures
+# The sections that share the suite's server, in the order they run: (test id, section, its arguments).
+ON_THE_SUITE_SERVER: list[tuple[str, str, dict[str, Any]]] = [
+    ("schemathesis", "schemathesis", {"max_examples": 8}),
+    ("bad_input", "bad_input", {}),
+    ("load_equals_solo", "load", {"requests": 256, "concurrency": 64}),
+    ("attention_amplification", "attention", {}),
+    ("tokenize_bursts", "tokenize", {}),
+    ("list_bombs", "list_bombs", {}),
+    ("disconnects", "disconnects", {}),
+    ("soak", "soak", {"seconds": SOAK_S}),
+]
 
 
-async def test_bad_input(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.bad_input(suite_server)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_load_equals_solo(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.load(suite_server, requests=256, concurrency=64)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_attention_amplification(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.attention(suite_server)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_tokenize_bursts(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.tokenize(suite_server)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_list_bombs(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.list_bombs(suite_server)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_disconnects(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.disconnects(suite_server)
-    assert passed(outcome, record, api_processes), outcome.failures
-
-
-async def test_soak(suite_server: Target, api_processes: str, record: list[Outcome]) -> None:
-    outcome = await sections.soak(suite_server, seconds=SOAK_S)
+@pytest.mark.parametrize(
+    ("section", "arguments"), [case[1:] for case in ON_THE_SUITE_SERVER], ids=[case[0] for case in ON_THE_SUITE_SERVER]
+)
+async def test_on_the_suite_server(
+    section: str, arguments: dict[str, Any], suite_server: Target, api_processes: str, record: list[Outcome]
+) -> None:
+    outcome = await getattr(sections, section)(suite_server, **arguments)
     assert passed(outcome, record, api_processes), outcome.failures
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import pytest
+
 from service.engine.heap_trim import TRIM_AVAILABLE, IdleTrim, hold_freed_memory
 from tests.service.conftest import Served
 from tests.service.test_engine_scheduler import Counting, FakeModel, drain, scheduler, submit
@@ -52,27 +54,24 @@ async def test_a_burst_is_trimmed_once_when_the_worker_runs_out_of_work() -> Non
     await until(lambda: len(releases.threads) == 2)
 
 
-async def test_work_within_the_delay_puts_the_trim_off() -> None:
+@pytest.mark.parametrize(
+    ("calls", "last_idle"),
+    [
+        # Work within the delay puts the trim off: busy again before the delay ran out, no trim.
+        ([("busy", "a"), ("idle", "a"), ("busy", "a")], "a"),
+        # The trim waits for every worker: the generator still runs.
+        ([("busy", "translator"), ("busy", "generator"), ("idle", "translator")], "generator"),
+    ],
+    ids=["work_within_the_delay_puts_the_trim_off", "the_trim_waits_for_every_worker"],
+)
+async def test_no_trim_while_a_worker_is_busy(calls: list[tuple[str, str]], last_idle: str) -> None:
     releases = Releases()
     trim = IdleTrim(DELAY_S, releases)
-    trim.busy("a")
-    trim.idle("a")
-    trim.busy("a")  # before the delay ran out: still busy, no trim
+    for call, worker in calls:
+        getattr(trim, call)(worker)
     await asyncio.sleep(4 * DELAY_S)
     assert releases.threads == []
-    trim.idle("a")
-    await until(lambda: len(releases.threads) == 1)
-
-
-async def test_the_trim_waits_for_every_worker() -> None:
-    releases = Releases()
-    trim = IdleTrim(DELAY_S, releases)
-    trim.busy("translator")
-    trim.busy("generator")
-    trim.idle("translator")
-    await asyncio.sleep(4 * DELAY_S)
-    assert releases.threads == []  # the generator still runs
-    trim.idle("generator")
+    trim.idle(last_idle)
     await until(lambda: len(releases.threads) == 1)
 
 
