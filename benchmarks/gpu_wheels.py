@@ -87,11 +87,8 @@ def download(into: Path, gpu_version: str, with_ct2: bool, python_version: str) 
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def split(wheels: list[Path], dest: Path, part_bytes: int) -> list[Path]:
