@@ -19,7 +19,7 @@ from service.engine.errors import ModelNotLoaded, Unavailable
 from service.engine.handle import Handle
 from service.engine.heap_trim import TRIM_AVAILABLE, IdleTrim, hold_freed_memory
 from service.engine.metrics import Metrics
-from service.engine.registry import REGISTERED, S, Service, as_service, record
+from service.engine.registry import S, Service, as_service, record, records
 from service.engine.scheduling import Scheduler
 from service.engine.task_service import ThreadWork, TokenizerWork
 from service.engine.tasks.classification.service import ClassificationService
@@ -194,8 +194,8 @@ class Engine:
         return [name for name, service in self.services.items() if service.artifact.task == task]
 
     def served(self) -> dict[str, Capabilities]:
-        """What every loaded model can do, by name, the tasks' defaults first (in REGISTERED order)."""
-        defaults = [self._default(task) for task in REGISTERED]
+        """What every loaded model can do, by name, the tasks' defaults first (in the registry's order)."""
+        defaults = [self._default(task) for task in records()]
         return {s.name: self.capabilities[s.name] for s in defaults if s is not None} | self.capabilities
 
     def resolve(self, name: str | None, task: str | None = None, field: str = "model") -> Capabilities:
@@ -205,7 +205,7 @@ class Engine:
 
     def _service(self, name: str | None, task: str | None = None, field: str = "model") -> Service:
         if name is None:
-            tasks = (task,) if task else REGISTERED
+            tasks = [task] if task else list(records())
             default = next((d for d in map(self._default, tasks) if d is not None), None)
             if default is None:
                 what = f"no {task} model is loaded" if task else "no model is loaded"

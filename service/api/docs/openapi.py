@@ -36,12 +36,6 @@ from service.engine.registry import records
 
 REF = "#/components/schemas/{model}"
 DISPATCH_PATHS = ("/", "/models/{name}", "/models/{name}/pipeline/{task}")
-# The request bodies with a `model` field, and the task whose models it names (None: any model).
-MODEL_FIELDS: dict[str, str | None] = {
-    **{body: name for name, task in records().items() for body in task.request_bodies},
-    "TokenizeRequest": None,
-    "DetokenizeRequest": None,
-}
 PIPELINE_PATH = "/models/{name}/pipeline/{task}"
 # The Inference API tasks whose body differs from the one of the model's task (FORMS).
 TASK_BODIES = {"feature-extraction": FeatureExtractionRequest, "sentence-similarity": SentenceSimilarityRequest}
@@ -63,6 +57,12 @@ MODEL_PARAMS = {
     ("/v1/models/{model_id}", "model_id"),
     ("/api/models/{name}", "name"),
 }
+
+
+def _model_fields() -> dict[str, str | None]:
+    """The request bodies with a `model` field, and the task whose models it names (None: any model)."""
+    bodies = {body: name for name, task in records().items() for body in task.request_bodies}
+    return bodies | {"TokenizeRequest": None, "DetokenizeRequest": None}
 
 
 def _member(prop: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def add_model_limits(schema: dict[str, Any], app: FastAPI) -> None:
         return
     components = schema.get("components", {}).get("schemas", {})
     served = list(engine.served())
-    for component, task in MODEL_FIELDS.items():
+    for component, task in _model_fields().items():
         if component in components:
             _name_models(components[component], engine.model_names(task) if task else served)
     if "ChatCompletionRequest" in components:  # the generators that have a chat template
