@@ -14,12 +14,13 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any
 
 from service.engine.engine import Engine
 from service.engine.errors import EngineError, Unavailable
 from service.engine.handle import Handle
 from service.engine.registry import as_service
+from service.engine.scheduling.queue import SequenceQueue
 from service.engine.sequence import Sequence
 from service.engine.tasks.generation.scoring import TokenScore
 from service.engine.tasks.generation.service import GenerationService
@@ -27,7 +28,6 @@ from service.multiprocess.wire import CANCEL, EVENT, FAILED, SCORE, SCORED, STAT
 
 log = logging.getLogger(__name__)
 
-H = TypeVar("H", bound=Handle[Any, Any])
 GONE = "the engine process is gone"
 
 
@@ -182,7 +182,7 @@ class EngineLink:
         self.on_gone()
 
 
-class RemoteScheduler:
+class RemoteScheduler(SequenceQueue[Any]):
     """A model's queue in a front end: its sequences run in the engine process's scheduler. Refusals
     there (429 queue full, 422 more than the queue holds, 503 stopped) reach the handle as its first
     event, which every route awaits before it answers, so they get the same status as in one process."""
@@ -197,19 +197,9 @@ class RemoteScheduler:
     async def stop(self, error: EngineError) -> None:
         self.link.fail(self.name, error)
 
-    @overload
-    def submit(self, sequences: list[Any], deadline: float | None, field: str) -> Handle[Any, Any]: ...
-
-    @overload
-    def submit(self, sequences: list[Any], deadline: float | None, field: str, kind: type[H]) -> H: ...
-
-    def submit(
-        self, sequences: list[Any], deadline: float | None, field: str, kind: type[Handle[Any, Any]] = Handle
-    ) -> Handle[Any, Any]:
-        handle = kind(self.name, list(sequences), deadline, self.cancel)
+    def _enqueue(self, sequences: list[Any], handle: Handle[Any, Any], field: str) -> None:
         if sequences:
             self.link.submit(self.name, handle, field)
-        return handle
 
     def cancel(self, sequences: list[Sequence]) -> None:
         handles = {id(seq.handle): seq.handle for seq in sequences if seq.handle is not None}

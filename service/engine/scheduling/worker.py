@@ -21,13 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, TypeVar
 
 from service.engine.errors import EngineError, InferenceFailed, QueueFull, Unavailable
 from service.engine.handle import Handle
 from service.engine.heap_trim import IdleTrim
 from service.engine.metrics import Metrics, ModelMetrics
 from service.engine.scheduling.policy import SchedulingPolicy
+from service.engine.scheduling.queue import SequenceQueue
 from service.engine.sequence import (
     CacheBudgeted,
     ChunkedPrefillModel,
@@ -43,7 +44,6 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-H = TypeVar("H", bound=Handle[Any, Any])
 
 
 Failed = tuple[list[Sequence], EngineError]
@@ -59,7 +59,7 @@ class WorkerExecutor(Executor):
         return self.scheduler.call(fn, *args, **kwargs)
 
 
-class Scheduler(Generic[SeqT]):
+class Scheduler(SequenceQueue[SeqT]):
     def __init__(
         self,
         name: str,
@@ -146,19 +146,11 @@ class Scheduler(Generic[SeqT]):
         self._deliver([], [(list(victims), error)])
         self._set_gauges()
 
-    @overload
-    def submit(self, sequences: list[SeqT], deadline: float | None, field: str) -> Handle[Any, Any]: ...
+    def _check(self, sequences: list[SeqT], field: str) -> None:
+        self.policy.check_request(sequences, field)  # 422: more than the queue could ever hold
 
-    @overload
-    def submit(self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[H]) -> H: ...
-
-    def submit(
-        self, sequences: list[SeqT], deadline: float | None, field: str, kind: type[Handle[Any, Any]] = Handle
-    ) -> Handle[Any, Any]:
-        """Queue all sequences or none, 429 the same way for one and for many; `field` names the request
-        field that makes many (texts, prompts, choices) in the 422 for more than the queue could ever hold."""
-        self.policy.check_request(sequences, field)
-        handle = kind(self.name, list(sequences), deadline, self.cancel)
+    def _enqueue(self, sequences: list[SeqT], handle: Handle[Any, Any], field: str) -> None:
+        """All or none, 429 the same way for one and for many."""
         with self._cond:
             if self._stopping:
                 raise Unavailable(f"{self.name}: the model is stopped")
@@ -169,7 +161,6 @@ class Scheduler(Generic[SeqT]):
                 raise
             self._cond.notify()
         self._set_gauges()
-        return handle
 
     def cancel(self, sequences: list[Sequence]) -> None:
         """Client gone or deadline passed: waiting ones leave the queue now, running ones after this step."""
