@@ -154,16 +154,16 @@ def _tool_calling(body: ChatCompletionRequest, generator: Capabilities) -> tuple
     return tools, None
 
 
-def _token(token_id: int, logprob: float, generator: Capabilities) -> ChatTopLogprob:
-    token = generator.tokenizer.decode([token_id])  # the token's own text, as /v1/completions' logprobs
+def _token(token: str, logprob: float) -> ChatTopLogprob:
+    """A token's own text (the engine decodes it alone, as /v1/completions' logprobs show it)."""
     return ChatTopLogprob(token=token, logprob=logprob, bytes=list(token.encode()))
 
 
-def chat_logprobs(tokens: list[TokenEvent], generator: Capabilities) -> ChatLogprobs:
+def chat_logprobs(tokens: list[TokenEvent]) -> ChatLogprobs:
     content = []
     for e in tokens:
-        chosen = _token(e.id, e.logprob if e.logprob is not None else 0.0, generator)
-        top = [_token(t.id, t.logprob, generator) for t in e.top_logprobs or []]
+        chosen = _token(e.token, e.logprob if e.logprob is not None else 0.0)
+        top = [_token(t.text, t.logprob) for t in e.top_logprobs or []]
         content.append(ChatTokenLogprob(**chosen.model_dump(), top_logprobs=top))
     return ChatLogprobs(content=content)
 
@@ -172,10 +172,10 @@ class _ChatChunks:
     """The `chat.completion.chunk` events of one streamed response (the StreamChunks of completions.py)."""
 
     def __init__(
-        self, model: str, body: ChatCompletionRequest, prompt_tokens: int, generator: Capabilities, tools: _Tools
+        self, model: str, body: ChatCompletionRequest, prompt_tokens: int, tools: _Tools
     ) -> None:
         self.id, self.created, self.model = f"chatcmpl-{new_request_id()}", int(time.time()), model
-        self.body, self.prompt_tokens, self.generator = body, prompt_tokens, generator
+        self.body, self.prompt_tokens = body, prompt_tokens
         self.include_usage = body.stream_options is not None and body.stream_options.include_usage
         self.results: list[GenerationResult] = []
         # Per choice, with tools: the text that may be a call is held back until the call closes.
@@ -231,7 +231,7 @@ class _ChatChunks:
         delta = self._delta(index, event.text)
         if not delta and not self.body.logprobs:
             return None  # held back: perhaps a tool call
-        logprobs = chat_logprobs([event], self.generator).model_dump() if self.body.logprobs else None
+        logprobs = chat_logprobs([event]).model_dump() if self.body.logprobs else None
         return self.chunk([self._choice(index, delta, logprobs)])
 
     def end(self) -> list[str]:
@@ -257,7 +257,7 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
         handle = await engine.submit(job)
     prompt_tokens = len(handle.prompt_ids[0])
     if body.stream:
-        chunks = _ChatChunks(generator.name, body, prompt_tokens, generator, tools)
+        chunks = _ChatChunks(generator.name, body, prompt_tokens, tools)
         return streaming_response(request, openai_stream(chunks, handle.indexed_events(), f"POST {PATH}"))
     results = await unless_disconnected(request, handle.results())
     choices = []
@@ -267,7 +267,7 @@ async def chat_completions(body: ChatCompletionRequest, engine: EngineDep, reque
             ChatChoice(
                 index=i,
                 message=ChatCompletionMessage(content=content, tool_calls=calls),
-                logprobs=chat_logprobs(r.tokens, generator) if body.logprobs else None,
+                logprobs=chat_logprobs(r.tokens) if body.logprobs else None,
                 finish_reason=_finish(r, bool(calls)),
             )
         )

@@ -98,8 +98,8 @@ def _echo_only(prompt_ids: list[list[int]], n: int) -> list[GenerationResult]:
     return [GenerationResult("", "length", len(ids), 0, 0, []) for ids in prompt_ids for _ in range(n)]
 
 
-def _logprobs(tokens: list[TokenEvent], offset: int, generator: Capabilities) -> CompletionLogprobs:
-    texts = [generator.tokenizer.decode([t.id]) for t in tokens]
+def _logprobs(tokens: list[TokenEvent], offset: int) -> CompletionLogprobs:
+    texts = [t.token for t in tokens]  # each token's own text
     offsets, at = [], offset
     for text in texts:
         offsets.append(at)
@@ -160,7 +160,7 @@ class _Chunks:
             return None  # nothing to show yet (an incomplete character, or the eos token)
         logprobs = None
         if self.body.logprobs is not None:
-            logprobs = _logprobs([event], self.offsets[index], self.generator).model_dump()
+            logprobs = _logprobs([event], self.offsets[index]).model_dump()
         self.offsets[index] += len(event.text)
         return self.chunk([self._choice(index, event.text, logprobs)])
 
@@ -202,7 +202,7 @@ async def completions(body: CompletionRequest, engine: EngineDep, request: Reque
         CompletionChoice(
             text=echo + r.text,
             index=i,
-            logprobs=_joined(lp, _logprobs(r.tokens, len(echo), generator)) if body.logprobs is not None else None,
+            logprobs=_joined(lp, _logprobs(r.tokens, len(echo))) if body.logprobs is not None else None,
             finish_reason=FINISH[r.finish_reason],
         )
         for i, (r, echo, lp) in enumerate(zip(results, echoes, echo_logprobs, strict=True))

@@ -70,6 +70,7 @@ class TokenEvent:
     special: bool
     logprob: float | None = None
     top_logprobs: list[TopLogprob] | None = None
+    token: str = ""  # with logprobs: the token's own text (decoded alone), as OpenAI's logprobs show it
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,8 @@ class GenerationModel:
             if k > 0 and choice.top_ids is not None and choice.top_logprobs is not None:
                 ids, values = choice.top_ids[b, :k].tolist(), choice.top_logprobs[b, :k].tolist()
                 top = [TopLogprob(t, self.tokenizer.decode([t]), v) for t, v in zip(ids, values, strict=True)]
-        return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top)
+        own = self.tokenizer.decode([token]) if k is not None else ""
+        return TokenEvent(len(row.tokens), token, piece, token in self.special_ids, logprob, top, own)
 
 
 @dataclass(eq=False, repr=False)  # one worker's state: compared by identity, its arrays never printed
