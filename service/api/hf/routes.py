@@ -19,7 +19,7 @@ server cannot honour (watermark, best_of > 1, typical_p, adapters) is a 422. A k
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -251,6 +251,26 @@ async def _dispatch(
     return await form.answer(engine, model, payload, request, task)
 
 
+TaskCheck = Callable[[str, Sequence[str], Any, Mapping[str, Sequence[str]]], None]
+
+
+async def _checked_dispatch(engine: Engine, request: Request, payload: Any, name: str | None, check: TaskCheck) -> Any:
+    """POST / (`name` None: the default model) and POST /models/{name}: the body checked against the model's
+    tasks (`check`), then answered in its task's form."""
+    check_accept(request.headers.get("accept"))
+    model = engine.resolve(name, field="name")
+    check(model.name, served_tasks(model.task), payload, _models_by_task(engine))
+    return await _dispatch(engine, model, payload, request)
+
+
+Route = Callable[..., Awaitable[Any]]
+
+
+def _dispatch_route(path: str, summary: str, description: str) -> Callable[[Route], Route]:
+    """A dispatch route: its body any task's request (_PAYLOAD), its answer JSON or TGI's stream."""
+    return router.post(path, summary=summary, description=description, responses=TGI_STREAM_DOC)
+
+
 _PAYLOAD = Body(
     description="`{inputs, parameters}`: TGI's generate request for a generator, the Inference API's "
     "text-classification, translation, feature-extraction or sentence-similarity request for the others"
@@ -262,37 +282,28 @@ _ROOT = (
 )
 
 
-@router.post(
+@_dispatch_route(
     "/",
-    summary="The default model (the generator where loaded), for a body that names its task",
-    description=_ROOT,
-    responses=TGI_STREAM_DOC,
+    "The default model (the generator where loaded), for a body that names its task",
+    _ROOT,
 )
 async def root(engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    check_accept(request.headers.get("accept"))
-    model = engine.resolve(None)
-    check_root(model.name, served_tasks(model.task), payload, _models_by_task(engine))
-    return await _dispatch(engine, model, payload, request)
+    return await _checked_dispatch(engine, request, payload, None, check_root)
 
 
-@router.post(
+@_dispatch_route(
     "/models/{name}",
-    summary="One model, by its task (the Inference API's URL shape)",
-    description=_WRONG_TASK + "; a body that names no task gets the model's own.",
-    responses=TGI_STREAM_DOC,
+    "One model, by its task (the Inference API's URL shape)",
+    _WRONG_TASK + "; a body that names no task gets the model's own.",
 )
 async def by_model(name: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]) -> Any:
-    check_accept(request.headers.get("accept"))
-    model = engine.resolve(name, field="name")
-    check_task(name, served_tasks(model.task), payload, _models_by_task(engine))
-    return await _dispatch(engine, model, payload, request)
+    return await _checked_dispatch(engine, request, payload, name, check_task)
 
 
-@router.post(
+@_dispatch_route(
     "/models/{name}/pipeline/{task}",
-    summary="One model, for the Inference API task the URL names (422 naming the model's tasks for another)",
-    description=_WRONG_TASK + ", or one the URL does not name.",
-    responses=TGI_STREAM_DOC,
+    "One model, for the Inference API task the URL names (422 naming the model's tasks for another)",
+    _WRONG_TASK + ", or one the URL does not name.",
 )
 async def by_model_task(
     name: str, task: str, engine: EngineDep, request: Request, payload: Annotated[dict[str, Any], _PAYLOAD]
