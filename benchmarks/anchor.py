@@ -6,7 +6,7 @@
 Models, all with the dimensions of --artifacts and random weights (nothing is downloaded):
   - ours: the artifacts re-exported with random weights by model/export/graphs.py (a trained translator stops at
     its end token early; /v1/translate has no way to force a length), served by `python -m service`
-    (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by benchmarks/serving.py's client;
+    (SERVE_INTRA_OP_THREADS=--threads), float32 and int8, driven over HTTP by benchmarks/http_load.py's client;
     --ours as-is serves --artifacts themselves (e.g. tiny random ones);
     the embedder is the served one (artifacts/embedder, through POST /v1/embeddings);
   - Hugging Face `transformers` built with the same dimensions: GPT-2 (generator), Marian (translator),
@@ -63,20 +63,12 @@ from benchmarks.anchor_engines import (
     exporter_digest,
     shape_options,
 )
+from benchmarks.cpu_time import client_cpu_seconds, machine_cpu_seconds, process_cpu_seconds
 from benchmarks.http_floor import FloorServer
-from benchmarks.serving import (
-    REPO,
-    Cell,
-    Client,
-    Connection,
-    Server,
-    _ok,
-    client_cpu_seconds,
-    drive,
-    free_port,
-    machine_cpu_seconds,
-    process_cpu_seconds,
-)
+from benchmarks.http_load import Cell, Client, Connection, _ok, drive
+from benchmarks.server_process import Server, free_port
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def model_of(row: str) -> AnchorModel[Any]:
@@ -90,7 +82,7 @@ def row_kind(row: str) -> str:
 
 
 class Ours:
-    """HTTP clients for our server (benchmarks/serving.py's Connection and drive); lengths forced with ignore_eos."""
+    """HTTP clients for our server (benchmarks/http_load.py's Connection and drive); lengths forced with ignore_eos."""
 
     def __init__(self, shapes: Shapes) -> None:
         self.s = shapes

@@ -33,7 +33,7 @@ import numpy as np
 if TYPE_CHECKING:
     import ctranslate2
 
-    from benchmarks.serving import Client, Connection
+    from benchmarks.http_load import Client, Connection
     from service.runtime.artifact import Artifact
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,7 +19,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving import Server, batch_rows, classify, drive, write_record
+from benchmarks.http_load import classify, drive
+from benchmarks.record import write_record
+from benchmarks.server_process import Server, batch_rows
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving import classify, drive, write_record
+from benchmarks.http_load import classify, drive
+from benchmarks.record import write_record
 
 REPO = Path(__file__).resolve().parent.parent
 PORT = 8899

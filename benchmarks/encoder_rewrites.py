@@ -27,7 +27,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.transformers.optimizer import optimize_model
 
-from benchmarks.serving import write_record
+from benchmarks.record import write_record
 from service.runtime.artifact import load_artifact
 from service.runtime.fusion import fuse_attention
 

@@ -28,7 +28,7 @@ from benchmarks import peers_http as http
 from benchmarks.peers import medians
 from benchmarks.peers_engines import ROWS, Row
 from benchmarks.peers_models import SHAPES, Shape, folder, served
-from benchmarks.serving import Server
+from benchmarks.server_process import Server
 
 REPO = Path(__file__).resolve().parent.parent
 ROW_NAMES = ("prefill1000", "single", "c16")

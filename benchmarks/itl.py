@@ -20,7 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.serving import REPO, Connection, Server, _ok, write_record
+from benchmarks.http_load import Connection, _ok
+from benchmarks.record import write_record
+from benchmarks.server_process import Server
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def prompt(n: int, first: int) -> list[int]:

@@ -20,7 +20,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from benchmarks.serving import write_record
+from benchmarks.record import write_record
 
 HEADS, KV_HEADS, HEAD_SIZE, LAYERS = 9, 3, 64, 30
 CAPACITY = 8192  # the model's max_positions: a slot's length

@@ -32,7 +32,8 @@ import numpy as np
 from benchmarks.peers_engines import FIRST_ID, Row
 from benchmarks.peers_http import complete, http_row
 from benchmarks.peers_models import SHAPES, build, folder
-from benchmarks.serving import Server, write_record
+from benchmarks.record import write_record
+from benchmarks.server_process import Server
 
 REPO = Path(__file__).resolve().parent.parent
 NEW_TOKENS = 96

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.serving import write_record
+from benchmarks.record import write_record
 from contract.names import LOGITS_TO_KEEP
 from harness.reliability.harness import LocalServer, rss_mb
 from service.engine.heap_trim import hold_freed_memory

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from benchmarks.serving import write_record
+from benchmarks.record import write_record
 from contract.names import ATTENTION_MASK, IN_PLACE_AXIS, INPUT_IDS, LOGITS, LOGITS_TO_KEEP, PAST, POSITION_IDS
 
 

@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import peers_http as http
+from benchmarks.cpu_time import machine_cpu_seconds
 from benchmarks.peers_engines import ENCODER_ROWS, ROWS
 from benchmarks.peers_models import PEERS_PYTHON, SHAPES, Shape, build, folder, peers_has, served
-from benchmarks.serving import machine_cpu_seconds, write_record
+from benchmarks.record import write_record
 from model.export.quantize import quantized_copy
 
 REPO = Path(__file__).resolve().parent.parent

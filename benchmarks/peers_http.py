@@ -21,7 +21,7 @@ import numpy as np
 
 from benchmarks.peers_engines import Row, prompts, stream_rate, streams_summary
 from benchmarks.peers_models import PEERS_PYTHON
-from benchmarks.serving import Server, free_port
+from benchmarks.server_process import Server, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = httpx.Timeout(900.0)

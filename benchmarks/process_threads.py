@@ -18,7 +18,9 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from benchmarks.serving import Server, ThreadCpu, batch_rows, classify, cpu_between, drive, generate, threads_cpu
+from benchmarks.cpu_time import ThreadCpu, cpu_between, threads_cpu
+from benchmarks.http_load import classify, drive, generate
+from benchmarks.server_process import Server, batch_rows
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64

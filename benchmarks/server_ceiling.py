@@ -41,21 +41,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from benchmarks.cpu_time import client_cpu_seconds, cpu_between, machine_cpu_seconds, threads_cpu
 from benchmarks.http_floor import FloorServer
-from benchmarks.serving import (
-    Client,
-    Connection,
-    Server,
-    classify,
-    client_cpu_seconds,
-    cpu_between,
-    drive,
-    free_port,
-    generate,
-    machine_cpu_seconds,
-    threads_cpu,
-    write_record,
-)
+from benchmarks.http_load import Client, Connection, classify, drive, generate
+from benchmarks.record import write_record
+from benchmarks.server_process import Server, free_port
 from model.export.tiny import export_tiny_artifacts
 
 STREAM_TOKENS = 64

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving import write_record
+from benchmarks.record import write_record
 from service.engine.engine import Engine
 from service.engine.tasks.generation.constraints import Constraint
 from service.engine.tasks.generation.service import GenerationJob, GenerationService

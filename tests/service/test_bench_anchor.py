@@ -89,7 +89,8 @@ def test_the_floor_server_answers_our_clients_with_the_lengths_asked_for() -> No
     """The floor's answers pass the anchor's own clients: a stream of one event per token, then `done`;
     an embedding of the served embedder's size per input."""
     from benchmarks.http_floor import FloorServer
-    from benchmarks.serving import Connection, free_port
+    from benchmarks.http_load import Connection
+    from benchmarks.server_process import free_port
 
     async def ask() -> list[tuple[int, bytes, int]]:
         conn = Connection("127.0.0.1", floor.port)

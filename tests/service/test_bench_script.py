@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from benchmarks.serving import Cell, kv_cache_vs_recompute, table
+from benchmarks.http_load import Cell
+from benchmarks.serving import kv_cache_vs_recompute, table
 
 
 def test_kv_cache_vs_recompute_agree(tiny_artifacts: Path) -> None:
