@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.anchor_engines import ROWS, mean_pool
+from benchmarks.anchor_ct2 import mean_pool
+from benchmarks.anchor_engines import ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 
