@@ -27,11 +27,10 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.transformers.optimizer import optimize_model
 
+from benchmarks.options import measurement_options
 from benchmarks.record import write_record
 from service.runtime.artifact import load_artifact
 from service.runtime.fusion import fuse_attention
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def session(model: onnx.ModelProto, threads: int, optimized: Path | None = None) -> ort.InferenceSession:
@@ -113,13 +112,10 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifacts", type=Path, default=REPO / "artifacts")
+    measurement_options(parser, "encoder_rewrites", rounds=15)
     parser.add_argument("--models", default="classifier,classifier-minilm")
     parser.add_argument("--rows", default="1,32")
     parser.add_argument("--tokens", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "encoder_rewrites.json")
     args = parser.parse_args()
     rows_list = [int(r) for r in args.rows.split(",")]
     scratch = args.out.with_suffix(".scratch.onnx")

@@ -217,3 +217,20 @@ async def drive_sampled(base_url: str, name: str, call: Client, concurrency: int
         await asyncio.gather(sampler, return_exceptions=True)
     cell.queue_depth = round(statistics.fmean(samples), 2) if samples else None
     return cell
+
+
+async def back_to_back(url: str, workers: int, requests: int, one: Callable[[Connection], Awaitable[None]]) -> None:
+    """`workers` connections to `url` send `requests` requests in all, back to back: each worker calls `one`
+    with its connection (one request, and whatever it records of it) until none is left."""
+    host, port = url.removeprefix("http://").split(":")
+    left = requests
+
+    async def worker() -> None:
+        nonlocal left
+        conn = Connection(host, int(port))
+        while left > 0:
+            left -= 1
+            await one(conn)
+        conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(workers)))

@@ -16,15 +16,13 @@ import argparse
 import asyncio
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.http_load import Connection, _ok
+from benchmarks.http_load import Connection, _ok, back_to_back
+from benchmarks.options import measurement_options
 from benchmarks.record import write_record
 from benchmarks.server_process import Server
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def prompt(n: int, first: int) -> list[int]:
@@ -40,19 +38,15 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, float]:
             "ignore_eos": True, "temperature": 0.0}
     gaps: list[float] = []
     long_latency: list[float] = []
-    tokens, left, done = 0, args.requests, False
+    tokens, done = 0, False
 
-    async def streamer() -> None:
-        nonlocal tokens, left
-        conn = Connection(host, int(port))
-        while left > 0:
-            left -= 1
-            conn.event_times = []
-            status, data, events, _ = await conn.post("/v1/generate", stream)
-            _ok(status, data)
-            gaps.extend(np.diff(conn.event_times))
-            tokens += events
-        conn.close()
+    async def streamed(conn: Connection) -> None:
+        nonlocal tokens
+        conn.event_times = []
+        status, data, events, _ = await conn.post("/v1/generate", stream)
+        _ok(status, data)
+        gaps.extend(np.diff(conn.event_times))
+        tokens += events
 
     async def long_prompts() -> None:
         conn = Connection(host, int(port))
@@ -66,7 +60,7 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, float]:
 
     started = time.perf_counter()
     side = asyncio.ensure_future(long_prompts())
-    await asyncio.gather(*(streamer() for _ in range(args.streams)))
+    await back_to_back(url, args.streams, args.requests, streamed)
     seconds = time.perf_counter() - started
     done = True
     await side
@@ -78,16 +72,13 @@ async def load(url: str, args: argparse.Namespace) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifacts", type=Path, default=REPO / "artifacts")
+    measurement_options(parser, "itl", rounds=3)
     parser.add_argument("--chunks", default="0,64", help="SERVE_PREFILL_CHUNK_TOKENS values, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--streams", type=int, default=15)
     parser.add_argument("--requests", type=int, default=120, help="streamed requests per measurement")
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--long-tokens", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "itl.json")
     args = parser.parse_args()
     chunks = [int(c) for c in args.chunks.split(",")]
     servers = {c: Server(args.artifacts, args.threads, models="generator", prefill_chunk_tokens=c,

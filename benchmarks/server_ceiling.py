@@ -43,7 +43,7 @@ import numpy as np
 
 from benchmarks.cpu_time import client_cpu_seconds, cpu_between, machine_cpu_seconds, threads_cpu
 from benchmarks.http_floor import FloorServer
-from benchmarks.http_load import Client, Connection, classify, drive, generate
+from benchmarks.http_load import Client, Connection, back_to_back, classify, drive, generate
 from benchmarks.record import write_record
 from benchmarks.server_process import Server, free_port
 from model.export.tiny import export_tiny_artifacts
@@ -116,26 +116,21 @@ def classify_load(url: str, ready: Any, stop: Any) -> None:
 async def streams(url: str, requests: int) -> tuple[int, list[float], list[float], float]:
     """MIXED_STREAMS clients stream `requests` completions back to back: (tokens, the gaps between the chunks
     of token events each stream received, each request's time per output token, seconds)."""
-    host, port = url.removeprefix("http://").split(":")
     stream_client = generate(STREAM_TOKENS)
     gaps: list[float] = []
     per_token: list[float] = []
-    left, tokens = requests, 0
+    tokens = 0
 
-    async def streamer() -> None:
-        nonlocal left, tokens
-        conn = Connection(host, int(port))
-        while left > 0:
-            left -= 1
-            conn.chunk_times = []
-            got, _ = await stream_client(conn)  # not `tokens += await ...`: that reads `tokens` before the await
-            tokens += got
-            gaps.extend(np.diff(conn.chunk_times))
-            per_token.append((conn.chunk_times[-1] - conn.chunk_times[0]) / (got - 1))
-        conn.close()
+    async def streamed(conn: Connection) -> None:
+        nonlocal tokens
+        conn.chunk_times = []
+        got, _ = await stream_client(conn)  # not `tokens += await ...`: that reads `tokens` before the await
+        tokens += got
+        gaps.extend(np.diff(conn.chunk_times))
+        per_token.append((conn.chunk_times[-1] - conn.chunk_times[0]) / (got - 1))
 
     started = time.perf_counter()
-    await asyncio.gather(*(streamer() for _ in range(MIXED_STREAMS)))
+    await back_to_back(url, MIXED_STREAMS, requests, streamed)
     return tokens, gaps, per_token, time.perf_counter() - started
 
 

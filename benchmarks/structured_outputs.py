@@ -16,9 +16,9 @@ import argparse
 import asyncio
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+from benchmarks.options import measurement_options
 from benchmarks.record import write_record
 from service.engine.engine import Engine
 from service.engine.tasks.generation.constraints import Constraint
@@ -26,7 +26,6 @@ from service.engine.tasks.generation.service import GenerationJob, GenerationSer
 from service.engine.tokens.sampling import SamplingParams
 from service.settings import Settings
 
-REPO = Path(__file__).resolve().parent.parent
 SCHEMA = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
 # Schemas of growing size for the compile timings: n required integer fields.
 COMPILE_SIZES = (1, 10, 50)
@@ -92,12 +91,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--artifacts", type=Path, default=REPO / "artifacts")
+    measurement_options(parser, "structured_outputs", rounds=3)
     parser.add_argument("--concurrency", default="1,16")
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=REPO / "bench_results" / "structured_outputs.json")
     args = parser.parse_args()
     result = asyncio.run(run(args))
     print("| rows | ms/token free | ms/token with a schema | schema / free |\n|---|---|---|---|")
