@@ -136,9 +136,11 @@ async def _rss_settles(
 
 async def _attention_burst(target: Target, out: Outcome, body: dict[str, Any], clients: int = 96) -> None:
     """`clients` concurrent copies of the largest allowed request (the probe's 32 and 96 took RSS to 1.25
-    and 1.38 GB, kept ~1.1 GB): the server-wide budget admits a few (429 + Retry-After for the rest),
+    and 1.38 GB, kept ~1.1 GB): each front end's budget admits a few (429 + Retry-After for the rest),
     RSS stays within a bound of the budget, and comes back within 10 s."""
-    in_flight = int(target.setting("SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT", "4194304"))
+    # The budget is each front end's (docs/operations.md): with SERVE_API_PROCESSES front ends, as many admit.
+    front_ends = int(target.setting("SERVE_API_PROCESSES", "1"))
+    in_flight = front_ends * int(target.setting("SERVE_MAX_ATTENTION_VALUES_IN_FLIGHT", "4194304"))
     async with client(target.url, connections=clients + 4) as http:
         before = target.rss_mb()
         peak = before or 0.0
