@@ -27,7 +27,7 @@ CHECKS = {
              "sampling: or differing first at a neighbouring token id, docs/api.md \"Generate\")"),
     "attention": (
         "return_attention: over the limit refused at once; the largest allowed answer bounded, "
-        "/health responsive, memory returned; 96 at once: a few admitted by the server-wide budget, 429 + "
+        "/health responsive, memory returned; 96 at once: a few admitted by each front end's budget, 429 + "
         "Retry-After for the rest, RSS bounded by the budget and back within 10 s"
     ),
     "tokenize": (
